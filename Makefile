@@ -1,0 +1,71 @@
+# icebatch — every target builds its own environment on a fresh machine.
+#
+# The virtualenv lives outside the clone, keyed by the lock file's hash, so CI and new clones reuse it:
+#   $(ICEBATCH_CACHE)/venv-<hash of requirements/dev.lock>
+# uv installs it (pip 23 backtracks for minutes on this dependency set). torch's CPU wheel comes from
+# /opt/wheels where that folder exists, else from PyTorch's CPU index.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+ICEBATCH_CACHE ?= $(HOME)/.cache/icebatch
+LOCK := requirements/dev.lock
+LOCK_HASH := $(shell sha256sum $(LOCK) | cut -c1-12)
+VENV ?= $(ICEBATCH_CACHE)/venv-$(LOCK_HASH)
+UV_VERSION := 0.13.9
+UV := $(ICEBATCH_CACHE)/uv-$(UV_VERSION)/bin/uv
+WHEELS := $(wildcard /opt/wheels)
+UV_INDEX := $(if $(WHEELS),--find-links $(WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu) --index-strategy unsafe-best-match
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+SRC := $(wildcard functions jobimage tests bench)
+
+export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
+
+.PHONY: help env demo test test-fast lint format bench lock clean
+
+help:
+	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
+	@echo "make test   - lint, type-check and run the test suite"
+	@echo "make bench  - run the benchmarks (results in bench/results/)"
+	@echo "make lint   - ruff + mypy only"
+	@echo "make lock   - re-resolve requirements/dev.lock from pyproject.toml"
+
+$(UV):
+	$(PYTHON) -m venv $(ICEBATCH_CACHE)/uv-$(UV_VERSION)
+	$(ICEBATCH_CACHE)/uv-$(UV_VERSION)/bin/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.synced: $(LOCK) | $(UV)
+	@echo "== creating $(VENV) (once per lock file; a few minutes on a fresh machine)"
+	$(UV) venv -q --allow-existing -p $(PYTHON) $(VENV)
+	$(UV) pip sync -q -p $(PY) $(UV_INDEX) $(LOCK)
+	touch $@
+
+# The project itself is installed editable, pointing at this clone (cheap; redone when the clone moves).
+env: $(VENV)/.synced
+	@if [ "$$(cat $(VENV)/.project 2>/dev/null)" != "$(CURDIR)" ]; then \
+		$(UV) pip install -q -p $(PY) --no-deps -e . && echo "$(CURDIR)" > $(VENV)/.project; fi
+	@ln -sfn $(VENV) .venv
+
+lint: env
+	$(PY) -m ruff check $(SRC)
+	$(PY) -m ruff format --check $(SRC)
+	$(PY) -m mypy
+
+format: env
+	$(PY) -m ruff format $(SRC)
+	$(PY) -m ruff check --fix $(SRC)
+
+test: lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: env
+	$(PY) -m pytest -m "unit or functional" $(PYTEST_ARGS)
+
+lock: | $(UV)
+	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		$(UV_INDEX) --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
+		--no-emit-package triton --no-emit-package icebatch -o $(LOCK)
+
+clean:
+	rm -rf .icebatch .venv .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,242 @@
+"""The ``icebatch`` command line.
+
+Every command reads the same settings (``ICEBATCH_*`` environment variables, see ``icebatch config``)
+and calls the same code the Lambdas and the job run. Errors are one line on stderr with the fix; the
+exit status is 0 on success, 2 for a permanent error (bad input or configuration), 3 for a transient
+one (a dependency is unavailable: retry), 1 for anything unexpected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from icebatch.errors import IcebatchError, PermanentError, TransientError
+from icebatch.settings import Settings
+
+EPILOG = """\
+Typical session on a laptop (no AWS, no GPU):
+  icebatch generate --tickets 300 --batches 5 --seed 7   # a backlog of support tickets
+  icebatch backlog                                        # what waits, from metadata only
+  icebatch launch --trigger schedule                      # the launcher decides and runs the job
+  icebatch report                                         # the cost report of the latest run
+
+Configuration comes from ICEBATCH_* environment variables: `icebatch config` lists them all.
+"""
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+# --------------------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------------------
+def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch_job.tickets import ensure_source_table, generate
+
+    from icebatch.catalog import open_catalog
+
+    table = ensure_source_table(open_catalog(settings), settings.source_table)
+
+    def report(i: int, size: int, sid: int) -> None:
+        print(f"batch {i}/{args.batches}: appended {size} tickets -> snapshot {sid}", flush=True)
+
+    ids = generate(
+        table,
+        tickets=args.tickets,
+        batches=args.batches,
+        seed=args.seed,
+        interval=args.interval,
+        on_snapshot=report,
+    )
+    print(f"{settings.source_table}: {args.tickets} tickets in {len(ids)} snapshot(s)")
+    return 0
+
+
+def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.ledger import open_ledger
+
+    backlog = open_ledger(settings, control_plane=True).backlog()
+    data = backlog.to_dict()
+    if args.json:
+        _print_json(data)
+        return 0
+    age = data["oldest_unprocessed_age_seconds"]
+    print(f"consumer              : {backlog.consumer}")
+    print(f"source table          : {backlog.source_table}")
+    print(f"watermark snapshot    : {backlog.watermark_snapshot_id or '(none: nothing processed yet)'}")
+    print(f"current snapshot      : {backlog.current_snapshot_id or '(empty table)'}")
+    print(f"backlog rows          : {backlog.rows} in {backlog.snapshots} snapshot(s)")
+    print(f"oldest unprocessed age: {'-' if age is None else _duration(age)}")
+    if backlog.skipped:
+        print(f"not processed         : {backlog.skipped_rows} rows added by overwrite snapshots")
+    return 0
+
+
+def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.ledger import open_ledger
+
+    runs = open_ledger(settings, control_plane=True).runs()[: args.limit]
+    rows = [
+        {
+            "run_id": r.run_id,
+            "committed_at_ms": r.committed_at_ms,
+            "from_snapshot_exclusive": r.from_snapshot_exclusive,
+            "to_snapshot_inclusive": r.to_snapshot_inclusive,
+            "rows": int(r.number("rows")),
+            "rows_error": int(r.number("rows-error")),
+            "output_tokens": int(r.number("output-tokens")),
+        }
+        for r in runs
+    ]
+    if args.json:
+        _print_json(rows)
+    elif not rows:
+        print("no runs committed yet")
+    else:
+        for r in rows:
+            print(
+                f"{r['run_id']:<36} {r['from_snapshot_exclusive']} -> {r['to_snapshot_inclusive']}  "
+                f"rows={r['rows']} errors={r['rows_error']} output_tokens={r['output_tokens']}"
+            )
+    return 0
+
+
+def cmd_ledger_reset(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.ledger import open_ledger
+
+    ledger = open_ledger(settings)
+    target = None if args.to_snapshot == "none" else int(args.to_snapshot)
+    if target is not None and ledger.source().metadata.snapshot_by_id(target) is None:
+        raise PermanentError(f"snapshot {target} is not in {settings.source_table}'s metadata")
+    sid = ledger.reset(target, reason=args.reason)
+    print(f"{settings.consumer}: watermark set to {args.to_snapshot} (ledger snapshot {sid})")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    names = Settings.env_names()
+    values = settings.model_dump(by_alias=False)
+    if args.json:
+        _print_json({names[k]: v for k, v in values.items()})
+        return 0
+    for field, var in names.items():
+        desc = Settings.model_fields[field].description or ""
+        print(f"{var:<40} = {values[field]!s:<28} {desc}")
+    print(f"{'(derived) results table':<40} = {settings.results_table}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# parser
+# --------------------------------------------------------------------------------------------------
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="icebatch",
+        description="Incremental, event-driven LLM labelling of an Iceberg table: generate data, inspect the "
+        "backlog, launch and run jobs, read cost reports.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "generate",
+        help="append generated support tickets to the source table",
+        description="Append realistic support tickets, one snapshot per batch (creates the table if needed). "
+        "Prints each snapshot id.",
+    )
+    p.add_argument("--tickets", type=int, required=True, help="total number of tickets to append")
+    p.add_argument("--batches", type=int, default=1, help="number of snapshots (default: 1)")
+    p.add_argument("--interval", type=float, default=0.0, help="seconds to wait between batches")
+    p.add_argument("--seed", type=int, default=None, help="make the tickets reproducible")
+    p.set_defaults(handler=cmd_generate)
+
+    p = sub.add_parser(
+        "backlog",
+        help="rows waiting for this consumer (metadata only)",
+        description="How many rows were appended after the consumer's watermark, computed from snapshot "
+        "summaries without reading data files, and how long the oldest has waited.",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(handler=cmd_backlog)
+
+    p = sub.add_parser("ledger", help="the consumer's committed runs and watermark")
+    lsub = p.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
+    q = lsub.add_parser("runs", help="committed runs, newest first")
+    q.add_argument("--limit", type=int, default=20)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(handler=cmd_ledger_runs)
+    q = lsub.add_parser(
+        "reset",
+        help="move the watermark by hand (after a rollback or snapshot expiry)",
+        description="Record a new watermark without results. Rows after it will be processed by the next "
+        "run; rows before it will not. Use `none` to reprocess the whole table.",
+    )
+    q.add_argument("--to-snapshot", required=True, help="source snapshot id, or `none`")
+    q.add_argument("--reason", required=True, help="recorded in the ledger")
+    q.set_defaults(handler=cmd_ledger_reset)
+
+    p = sub.add_parser("config", help="list every setting, its environment variable and current value")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_config)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        logging.basicConfig(
+            level=logging.DEBUG
+            if args.verbose
+            else getattr(logging, settings.log_level.upper(), logging.INFO),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+        _quiet_libraries(args.verbose)
+        handler: Handler = args.handler
+        return handler(args, settings)
+    except PermanentError as e:
+        print(f"icebatch: error: {e}", file=sys.stderr)
+        return 2
+    except TransientError as e:
+        print(f"icebatch: unavailable (retry later): {e}", file=sys.stderr)
+        return 3
+    except IcebatchError as e:
+        print(f"icebatch: {e}", file=sys.stderr)
+        return 4
+    except KeyboardInterrupt:
+        print("icebatch: interrupted", file=sys.stderr)
+        return 130
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    if verbose:
+        return
+    for name in ("botocore", "urllib3", "pyiceberg", "kubernetes", "filelock", "fsspec"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

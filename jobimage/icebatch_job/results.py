@@ -1,0 +1,200 @@
+"""The results table's rows: schema, statistics of a run, and streaming data-file writes.
+
+Every source row of a run becomes exactly one result row with an explicit ``status``:
+
+- ``ok``: the answer parsed and validated; the verdict columns are filled.
+- ``invalid_output``: the model answered but the answer is not schema-valid JSON (``raw_output`` keeps it,
+  ``error`` says why). Never turned into a made-up label.
+- ``inference_error``: the engine or endpoint failed for this row (``error`` holds the message).
+
+Rows are written into data files as they stream in; the files only become visible with the ledger
+commit (``icebatch.ledger.ResultsLedger.commit``), together with the new watermark.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from icebatch.ledger import RunTotals
+
+from icebatch_job.task import TaskSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+STATUS_OK = "ok"
+STATUS_INVALID = "invalid_output"
+STATUS_ERROR = "inference_error"
+STATUSES = (STATUS_OK, STATUS_INVALID, STATUS_ERROR)
+
+SYSTEM_COLUMNS = (
+    "source_id",
+    "run_id",
+    "status",
+    "error",
+    "raw_output",
+    "input_truncated",
+    "num_input_tokens",
+    "num_generated_tokens",
+    "llm_seconds",
+    "model",
+    "processed_at",
+)
+
+
+def results_schema(task: TaskSpec) -> Schema:
+    """System columns, then one optional column per output property of the task."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (
+        BooleanType,
+        DoubleType,
+        IntegerType,
+        LongType,
+        NestedField,
+        StringType,
+        TimestamptzType,
+    )
+
+    fields = [
+        NestedField(1, "source_id", StringType(), required=True, doc="Id of the source row"),
+        NestedField(2, "run_id", StringType(), required=True, doc="Run that produced this row"),
+        NestedField(3, "status", StringType(), required=True, doc="ok | invalid_output | inference_error"),
+        NestedField(4, "error", StringType(), required=False, doc="Why the row is not ok"),
+        NestedField(5, "raw_output", StringType(), required=False, doc="The model's text, as generated"),
+        NestedField(
+            6, "input_truncated", BooleanType(), required=True, doc="Input shortened to fit the context"
+        ),
+        NestedField(7, "num_input_tokens", IntegerType(), required=False),
+        NestedField(8, "num_generated_tokens", IntegerType(), required=False),
+        NestedField(9, "llm_seconds", DoubleType(), required=False, doc="Time in the engine for this row"),
+        NestedField(10, "model", StringType(), required=False),
+        NestedField(11, "processed_at", TimestamptzType(), required=True),
+    ]
+    types = {"string": StringType(), "integer": LongType(), "number": DoubleType(), "boolean": BooleanType()}
+    for i, (name, prop) in enumerate(task.output_fields.items()):
+        if name in SYSTEM_COLUMNS:
+            raise ValueError(f"output property {name!r} clashes with a results system column")
+        fields.append(
+            NestedField(100 + i, name, types[prop["type"]], required=False, doc=prop.get("description"))
+        )
+    return Schema(*fields, identifier_field_ids=[1])
+
+
+def results_arrow_schema(task: TaskSpec) -> pa.Schema:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    return schema_to_pyarrow(results_schema(task), include_field_ids=False)
+
+
+@dataclass
+class RunStats:
+    """Counts and token totals of a run, accumulated while result batches stream past."""
+
+    label_fields: list[str]
+    rows: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    truncated: int = 0
+    llm_seconds: float = 0.0
+    labels: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+
+    def observe(self, batch: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
+        self.rows += batch.num_rows
+        self.statuses.update(batch.column("status").to_pylist())
+        self.input_tokens += int(pc.sum(batch.column("num_input_tokens")).as_py() or 0)
+        self.output_tokens += int(pc.sum(batch.column("num_generated_tokens")).as_py() or 0)
+        self.truncated += int(pc.sum(pc.cast(batch.column("input_truncated"), "int64")).as_py() or 0)
+        self.llm_seconds += float(pc.sum(batch.column("llm_seconds")).as_py() or 0.0)
+        for name in self.label_fields:
+            self.labels[name].update(v for v in batch.column(name).to_pylist() if v is not None)
+
+    def stream(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            self.observe(batch)
+            yield batch
+
+    @property
+    def ok(self) -> int:
+        return self.statuses[STATUS_OK]
+
+    @property
+    def errors(self) -> int:
+        return self.rows - self.ok
+
+    def totals(self, engine_seconds: float = 0.0, extra: dict[str, str] | None = None) -> RunTotals:
+        return RunTotals(
+            rows=self.rows,
+            rows_ok=self.ok,
+            rows_error=self.errors,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            engine_seconds=engine_seconds,
+            extra=extra or {},
+        )
+
+    def label_breakdown(self) -> dict[str, dict[str, int]]:
+        return {k: dict(v.most_common()) for k, v in self.labels.items()}
+
+
+def write_data_files(table: Table, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:
+    """Stream batches into Parquet data files of the results table (not yet committed)."""
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files  # pinned pyiceberg==0.12.0
+
+    def conformed() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                yield pa.Table.from_batches([batch]).select(schema.names).cast(schema).to_batches()[0]
+
+    reader = pa.RecordBatchReader.from_batches(schema, conformed())
+    return list(_dataframe_to_data_files(table.metadata, reader, table.io, write_uuid=uuid.uuid4()))
+
+
+def result_row(
+    *,
+    source_id: Any,
+    run_id: str,
+    task: TaskSpec,
+    processed_at: Any,
+    model: str | None,
+    raw_output: str | None,
+    inference_error: str | None = None,
+    input_truncated: bool = False,
+    num_input_tokens: int | None = None,
+    num_generated_tokens: int | None = None,
+    llm_seconds: float | None = None,
+) -> dict[str, Any]:
+    """One result row: parse and validate the answer, never drop or invent a label."""
+    verdict: dict[str, Any] | None = None
+    error: str | None
+    if inference_error:
+        status, error = STATUS_ERROR, inference_error
+    else:
+        verdict, error = task.parse(raw_output or "")
+        status = STATUS_OK if verdict is not None else STATUS_INVALID
+    row: dict[str, Any] = {
+        "source_id": str(source_id),
+        "run_id": run_id,
+        "status": status,
+        "error": error,
+        "raw_output": raw_output,
+        "input_truncated": bool(input_truncated),
+        "num_input_tokens": num_input_tokens,
+        "num_generated_tokens": num_generated_tokens,
+        "llm_seconds": llm_seconds,
+        "model": model,
+        "processed_at": processed_at,
+    }
+    for name in task.output_fields:
+        row[name] = verdict.get(name) if verdict else None
+    return row

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from icebatch.settings import Settings
+
+from tests.support.aws import client, glue_catalog_properties, moto_server
+
+# Keep every cache and temp dir of the libraries under one folder of the test session.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+
+
+@pytest.fixture(scope="session")
+def aws_endpoint() -> Iterator[str]:
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """The embedded default (SQLite catalog, file warehouse) under a fresh home."""
+    return Settings(home=tmp_path / "home")
+
+
+@pytest.fixture
+def glue_settings(tmp_path: Path, aws_endpoint: str) -> Settings:
+    """A Glue catalog with an S3 warehouse, both served by moto over HTTP."""
+    bucket = f"wh-{uuid.uuid4().hex[:10]}"
+    client("s3", aws_endpoint).create_bucket(Bucket=bucket)
+    return Settings(
+        home=tmp_path / "home",
+        catalog_type="glue",
+        catalog_properties=glue_catalog_properties(aws_endpoint, bucket),
+        source_table=f"db_{uuid.uuid4().hex[:8]}.tickets",
+    )
+
+
+@pytest.fixture(params=["sql", "glue"])
+def any_settings(request: pytest.FixtureRequest) -> Settings:
+    """Each test runs on the SQL catalog and on the Glue catalog (moto server)."""
+    name = "settings" if request.param == "sql" else "glue_settings"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]

@@ -1,0 +1,456 @@
+"""The incremental protocol on real catalogs: SQL (SQLite) and Glue (moto server over HTTP)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from icebatch.catalog import open_catalog
+from icebatch.errors import (
+    ConfigError,
+    TableNotFoundError,
+    WatermarkConflictError,
+    WatermarkError,
+)
+from icebatch.ledger import WATERMARK, ResultsLedger, open_ledger
+from icebatch.settings import Settings
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate, generate_tickets
+
+from tests.support.runs import ledger_ids, run_once, source_ids
+
+pytestmark = pytest.mark.functional
+
+
+class Crash(BaseException):
+    """Stands for the process dying at a chosen point."""
+
+
+def _ledger(settings: Settings) -> ResultsLedger:
+    ensure_source_table(open_catalog(settings), settings.source_table)
+    return open_ledger(settings)
+
+
+def _append(ledger: ResultsLedger, n: int, seed: int = 1) -> int:
+    return append_tickets(ledger.source(), generate_tickets(n, random.Random(seed)))
+
+
+def _assert_exactly_once(ledger: ResultsLedger) -> None:
+    ids = ledger_ids(ledger)
+    dupes = [k for k, v in Counter(ids).items() if v > 1]
+    assert dupes == [], f"processed more than once: {dupes[:5]}"
+    assert sorted(ids) == sorted(source_ids(ledger))
+
+
+# --------------------------------------------------------------------------------------------------
+# backlog
+# --------------------------------------------------------------------------------------------------
+def test_backlog_of_an_empty_table_is_zero(any_settings: Settings) -> None:
+    # given a source table with no snapshot
+    ledger = _ledger(any_settings)
+    # when / then
+    backlog = ledger.backlog()
+    assert (backlog.rows, backlog.current_snapshot_id, backlog.watermark_snapshot_id) == (0, None, None)
+    assert backlog.oldest_pending_age_seconds() is None
+    assert ledger.plan() is None
+
+
+def test_backlog_counts_appends_after_the_watermark(any_settings: Settings) -> None:
+    # given 3 appended snapshots and no watermark yet
+    ledger = _ledger(any_settings)
+    sids = [_append(ledger, n, seed=n) for n in (5, 7, 11)]
+    # then the backlog is every row, the oldest waiting since the first append
+    backlog = ledger.backlog()
+    assert (backlog.rows, backlog.snapshots, backlog.current_snapshot_id) == (23, 3, sids[-1])
+    first_commit = ledger.source().metadata.snapshot_by_id(sids[0]).timestamp_ms
+    assert backlog.oldest_pending_commit_ms == first_commit
+    # when a run processes them, then nothing is left
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 23
+    assert ledger.watermark().source_snapshot_id == sids[-1]
+    after = ledger.backlog()
+    assert (after.rows, after.oldest_pending_age_seconds()) == (0, None)
+    # when two more snapshots land, then only they are the backlog
+    _append(ledger, 4, seed=40)
+    _append(ledger, 6, seed=60)
+    assert ledger.backlog().rows == 10
+
+
+def test_late_rows_with_older_ingest_times_are_still_processed(any_settings: Settings) -> None:
+    # given a processed snapshot of recent tickets
+    ledger = _ledger(any_settings)
+    _append(ledger, 10, seed=1)
+    assert run_once(ledger) is not None
+    # when a snapshot arrives whose rows carry older ingested_ms than everything processed
+    late = generate_tickets(5, random.Random(2))
+    for row in late:
+        row["ingested_ms"] = 1_000_000  # 1970: far older than the processed rows
+    append_tickets(ledger.source(), late)
+    # then it is in the backlog and gets processed
+    assert ledger.backlog().rows == 5
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 5
+    _assert_exactly_once(ledger)
+
+
+def test_max_rows_pins_whole_snapshots(settings: Settings) -> None:
+    ledger = _ledger(settings)
+    sids = [_append(ledger, 10, seed=i) for i in range(4)]
+    plan = ledger.plan(max_rows=25)
+    assert plan is not None
+    assert (plan.to_snapshot_inclusive, plan.expected_rows, plan.snapshots) == (sids[1], 20, 2)
+    run_once(ledger, plan=plan)
+    assert ledger.backlog().rows == 20
+    # a limit smaller than one snapshot still takes one snapshot
+    plan = ledger.plan(max_rows=1)
+    assert plan is not None and plan.expected_rows == 10
+
+
+def test_backlog_over_1000_snapshots_opens_no_data_file(settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # given 1,000 append snapshots, 500 of them processed
+    from tests.support.many_snapshots import append_many
+
+    ledger = _ledger(settings)
+    sids = append_many(ledger.source(), 1000, lambda rng: rng.randint(1, 3), seed=3)
+    half = ledger.plan(to_snapshot_inclusive=sids[499])
+    assert half is not None
+    run_once(ledger, plan=half)
+    # when the backlog is computed through a FileIO that records every file it opens
+    counting = settings.with_overrides(
+        catalog_properties={"py-io-impl": "tests.support.counting_io.CountingFileIO"}
+    )
+    from tests.support.counting_io import CountingFileIO
+
+    CountingFileIO.opened.clear()
+    backlog = open_ledger(counting, control_plane=True).backlog()
+    # then no data file was opened, and the answer equals a full scan's count
+    assert [p for p in CountingFileIO.opened if p.endswith(".parquet")] == []
+    assert CountingFileIO.opened, "the counting FileIO was not used"
+    processed = set(ledger_ids(ledger))
+    unprocessed = [i for i in source_ids(ledger) if i not in processed]
+    assert backlog.rows == len(unprocessed) and backlog.snapshots == 500
+
+
+# --------------------------------------------------------------------------------------------------
+# exactly-once effect
+# --------------------------------------------------------------------------------------------------
+def test_crash_before_the_read_loses_nothing(any_settings: Settings) -> None:
+    ledger = _ledger(any_settings)
+    _append(ledger, 12)
+    plan = ledger.plan()
+    assert plan is not None
+    # the process dies after planning, before reading: nothing happened; the rerun does everything
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 12
+    _assert_exactly_once(ledger)
+
+
+def test_crash_during_processing_commits_nothing(any_settings: Settings) -> None:
+    ledger = _ledger(any_settings)
+    for seed in range(3):
+        _append(ledger, 8, seed=seed)
+
+    def dies_after_first_batch(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield next(batches)
+        raise Crash("killed mid-run")
+
+    with pytest.raises(Crash):
+        run_once(ledger, transform=dies_after_first_batch)
+    assert ledger.watermark().source_snapshot_id is None
+    assert ledger_ids(ledger) == []
+    run_once(ledger)
+    _assert_exactly_once(ledger)
+
+
+def test_crash_after_writing_results_before_commit(any_settings: Settings) -> None:
+    ledger = _ledger(any_settings)
+    _append(ledger, 9)
+
+    class DiesBeforeCommit(ResultsLedger):
+        def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            raise Crash("killed between writing data files and committing")
+
+    crashing = DiesBeforeCommit(ledger.catalog, ledger.source_table, ledger.results_table, ledger.consumer)
+    with pytest.raises(Crash):
+        run_once(crashing)
+    # the data files exist but are invisible: no rows, no watermark
+    assert ledger_ids(ledger) == [] and ledger.watermark().source_snapshot_id is None
+    run_once(ledger)
+    _assert_exactly_once(ledger)
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed-but-response-lost", "not-landed"])
+def test_commit_with_unknown_outcome_is_resolved_by_run_id(any_settings: Settings, landed: bool) -> None:
+    # given a catalog whose first commit of the ledger fails with an unknown outcome
+    ledger = _ledger(any_settings)
+    _append(ledger, 7)
+    run_once(ledger)  # creates the results table
+    _append(ledger, 5, seed=9)
+    catalog = ledger.catalog
+    real_commit = catalog.commit_table
+    calls = {"n": 0}
+
+    def flaky_commit(table, requirements, updates):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if table.name() == tuple(ledger.results_table.split(".")) and calls["n"] == 1:
+            if landed:
+                real_commit(table, requirements, updates)
+            raise ConnectionResetError("connection reset while waiting for the commit response")
+        return real_commit(table, requirements, updates)
+
+    catalog.commit_table = flaky_commit  # type: ignore[method-assign]
+    try:
+        run = run_once(ledger)
+    finally:
+        del catalog.commit_table
+    # then the run ends committed exactly once
+    assert run is not None
+    assert run.commit.already_committed is landed
+    _assert_exactly_once(ledger)
+
+
+def test_crash_during_commit_after_it_landed(any_settings: Settings) -> None:
+    # given a commit that lands, after which the process dies before learning it
+    ledger = _ledger(any_settings)
+    _append(ledger, 6)
+    catalog = ledger.catalog
+    real_commit = catalog.commit_table
+
+    def lands_then_dies(table, requirements, updates):  # type: ignore[no-untyped-def]
+        response = real_commit(table, requirements, updates)
+        if table.name() == tuple(ledger.results_table.split(".")) and any(
+            getattr(u, "action", "") == "add-snapshot" for u in updates
+        ):
+            raise Crash("killed right after the catalog applied the commit")
+        return response
+
+    catalog.commit_table = lands_then_dies  # type: ignore[method-assign]
+    try:
+        with pytest.raises(Crash):
+            run_once(ledger)
+    finally:
+        del catalog.commit_table
+    # then the rerun finds nothing new: no duplicates
+    assert ledger.plan() is None
+    _assert_exactly_once(ledger)
+
+
+def test_repeated_random_crashes_end_exactly_once(settings: Settings) -> None:
+    # given many snapshots and a run that may die at any batch, rerun until done
+    ledger = _ledger(settings)
+    for seed in range(6):
+        _append(ledger, 15, seed=seed)
+    rng = random.Random(11)
+
+    def maybe_dies(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            if rng.random() < 0.3:
+                raise Crash("random crash")
+            yield b
+
+    for _ in range(30):
+        if ledger.plan(max_rows=30) is None:
+            break
+        try:
+            run_once(ledger, plan=ledger.plan(max_rows=30), transform=maybe_dies)
+        except Crash:
+            pass
+    assert ledger.plan() is None
+    _assert_exactly_once(ledger)
+
+
+# --------------------------------------------------------------------------------------------------
+# overlapping runs
+# --------------------------------------------------------------------------------------------------
+def test_overlapping_runs_one_wins_the_other_reports_a_conflict(settings: Settings) -> None:
+    # given two runs planned from the same watermark, the slower one seeing an older snapshot
+    ledger = _ledger(settings)
+    _append(ledger, 10, seed=1)
+    older = ledger.plan()
+    _append(ledger, 10, seed=2)
+    newer = ledger.plan()
+    assert older is not None and newer is not None
+    # when the newer one commits first
+    won = run_once(ledger, plan=newer)
+    assert won is not None
+    # then the older one loses, and the watermark does not move backwards
+    with pytest.raises(WatermarkConflictError, match="moved it"):
+        run_once(ledger, plan=older)
+    assert ledger.watermark().source_snapshot_id == newer.to_snapshot_inclusive
+    _assert_exactly_once(ledger)
+
+
+def test_concurrent_commits_race_exactly_one_wins(settings: Settings) -> None:
+    # given 4 runs over the same range committing at the same moment (real threads, SQLite CAS)
+    ledger = _ledger(settings)
+    _append(ledger, 10)
+    run_once(ledger)
+    _append(ledger, 10, seed=3)
+    plans = [ledger.plan() for _ in range(4)]
+    barrier = threading.Barrier(4)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def go(plan):  # type: ignore[no-untyped-def]
+        own = open_ledger(settings)  # each run has its own catalog connection, as separate jobs would
+
+        def synchronised(batches):  # type: ignore[no-untyped-def]
+            yield from batches
+            barrier.wait(timeout=30)
+
+        try:
+            run_once(own, plan=plan, transform=synchronised)
+            result = "won"
+        except WatermarkConflictError:
+            result = "conflict"
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=go, args=(p,)) for p in plans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(outcomes) == ["conflict", "conflict", "conflict", "won"]
+    _assert_exactly_once(ledger)
+
+
+def test_a_stale_launch_range_is_refused(settings: Settings) -> None:
+    ledger = _ledger(settings)
+    _append(ledger, 3)
+    run_once(ledger)
+    with pytest.raises(WatermarkConflictError, match="already covered"):
+        ledger.plan(from_snapshot_exclusive=None)
+
+
+# --------------------------------------------------------------------------------------------------
+# non-append snapshots and history changes
+# --------------------------------------------------------------------------------------------------
+def test_overwrite_delete_and_replace_snapshots(settings: Settings) -> None:
+    from pyiceberg.expressions import EqualTo
+
+    ledger = _ledger(settings)
+    _append(ledger, 10, seed=1)
+    run_once(ledger)
+    table = ledger.source()
+    first_id = source_ids(ledger)[0]
+    # a row-level delete (copy-on-write) rewrites the other 9 rows in an overwrite snapshot:
+    # they are reported as not processed again, not counted as backlog
+    table.delete(EqualTo("ticket_id", first_id))
+    backlog = ledger.backlog()
+    assert backlog.rows == 0 and backlog.skipped_rows == 9
+    assert backlog.to_dict()["skipped_snapshots"][0]["operation"] == "overwrite"
+    # a whole-table overwrite is a delete plus an append in pyiceberg: the new rows are the backlog
+    rows = pa.Table.from_pylist(generate_tickets(4, random.Random(5)), schema=table.schema().as_arrow())
+    ledger.source().overwrite(rows)
+    assert ledger.backlog().rows == 4
+    run_once(ledger)
+    # and compaction-style replace snapshots add nothing; appends after them are found as usual
+    _append(ledger, 3, seed=7)
+    assert ledger.backlog().rows == 3
+
+
+def test_expired_watermark_snapshot_is_fine_while_its_child_exists(settings: Settings) -> None:
+    ledger = _ledger(settings)
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    wm = ledger.watermark().source_snapshot_id
+    _append(ledger, 5, seed=2)
+    _append(ledger, 6, seed=3)
+    table = ledger.source()
+    table.maintenance.expire_snapshots().by_id(wm).commit()
+    assert ledger.source().metadata.snapshot_by_id(wm) is None
+    assert ledger.backlog().rows == 11
+    run_once(ledger)
+    _assert_exactly_once(ledger)
+
+
+def test_unprocessed_snapshots_expired_before_processing_are_a_clear_error(settings: Settings) -> None:
+    # given a watermark, then two appends, and the watermark plus the first unprocessed append expired
+    ledger = _ledger(settings)
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    wm = ledger.watermark().source_snapshot_id
+    lost = _append(ledger, 5, seed=2)
+    _append(ledger, 6, seed=3)
+    ledger.source().maintenance.expire_snapshots().by_ids([wm, lost]).commit()
+    # then the backlog refuses to guess which rows are new
+    with pytest.raises(WatermarkError, match="expired before they were processed"):
+        ledger.backlog()
+
+
+def test_rolled_back_history_is_a_clear_error(settings: Settings) -> None:
+    ledger = _ledger(settings)
+    first = _append(ledger, 4, seed=1)
+    _append(ledger, 4, seed=2)
+    run_once(ledger)
+    # roll the source back to before the watermark
+    table = ledger.source()
+    table.manage_snapshots().rollback_to_snapshot(first).commit()
+    with pytest.raises(WatermarkError, match="icebatch ledger reset"):
+        ledger.backlog()
+    # the documented fix works
+    ledger.reset(first, reason="source rolled back")
+    assert ledger.backlog().rows == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# bad input
+# --------------------------------------------------------------------------------------------------
+def test_unknown_source_table_names_the_fix(settings: Settings) -> None:
+    ledger = open_ledger(settings.with_overrides(source_table="support.nope"))
+    with pytest.raises(TableNotFoundError, match="icebatch generate"):
+        ledger.backlog()
+
+
+def test_missing_catalog_settings_name_the_variable() -> None:
+    with pytest.raises(ConfigError, match="ICEBATCH_CATALOG_TYPE"):
+        Settings.from_env({"ICEBATCH_CATALOG_TYPE": "hive"})
+    with pytest.raises(ConfigError, match="ICEBATCH_CATALOG_PROPERTIES must be JSON"):
+        Settings.from_env({"ICEBATCH_CATALOG_PROPERTIES": "glue.endpoint=x"})
+    with pytest.raises(ConfigError, match="ICEBATCH_CATLOG_TYPE"):
+        Settings.from_env({"ICEBATCH_CATLOG_TYPE": "sql"})
+
+
+def test_glue_catalog_without_a_reachable_endpoint_is_a_clear_error(settings: Settings) -> None:
+    from icebatch.errors import CatalogUnavailableError
+
+    broken = settings.with_overrides(
+        catalog_type="glue",
+        catalog_properties={
+            "glue.endpoint": "http://127.0.0.1:9",
+            "glue.region": "us-east-1",
+            "glue.access-key-id": "x",
+            "glue.secret-access-key": "y",
+            "glue.max-retries": "1",
+        },
+    )
+    with pytest.raises(CatalogUnavailableError, match="cannot reach the glue catalog"):
+        open_ledger(broken).backlog()
+
+
+def test_corrupt_watermark_property_names_the_fix(settings: Settings) -> None:
+    ledger = _ledger(settings)
+    _append(ledger, 3)
+    run_once(ledger)
+    results = ledger.results()
+    assert results is not None
+    txn = results.transaction()
+    with txn.update_snapshot(snapshot_properties={WATERMARK: "not-a-snapshot"}).fast_append():
+        pass
+    txn.commit_transaction()
+    with pytest.raises(WatermarkError, match=r"corrupt watermark 'not-a-snapshot'.*icebatch ledger reset"):
+        ledger.backlog()
+
+
+def test_generator_cli_path_appends_one_snapshot_per_batch(settings: Settings) -> None:
+    ledger = _ledger(settings)
+    seen: list[int] = []
+    ids = generate(
+        ledger.source(), tickets=25, batches=4, seed=3, on_snapshot=lambda i, n, sid: seen.append(n)
+    )
+    assert len(ids) == 4 and seen == [7, 6, 6, 6]
+    assert ledger.backlog().rows == 25

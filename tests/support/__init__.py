@@ -1,0 +1,1 @@
+"""Real local services and helpers shared by the tests."""

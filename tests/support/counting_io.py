@@ -1,0 +1,16 @@
+"""A pyiceberg FileIO that records every file opened for reading (selected with `py-io-impl`)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pyiceberg.io import InputFile
+from pyiceberg.io.fsspec import FsspecFileIO
+
+
+class CountingFileIO(FsspecFileIO):
+    opened: ClassVar[list[str]] = []
+
+    def new_input(self, location: str) -> InputFile:
+        CountingFileIO.opened.append(location)
+        return super().new_input(location)

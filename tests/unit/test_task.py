@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from icebatch.errors import TaskSpecError
+from icebatch_job.results import STATUS_ERROR, STATUS_INVALID, STATUS_OK, result_row, results_schema
+from icebatch_job.task import DEFAULT_TASK, load_task
+
+pytestmark = pytest.mark.unit
+TASK = load_task()
+
+
+def test_default_task_is_ticket_triage() -> None:
+    assert TASK.name == "ticket-triage"
+    assert set(TASK.output_fields) == {"sentiment", "urgency", "category", "summary"}
+    assert len(TASK.output_fields["category"]["enum"]) >= 8
+    assert TASK.label_fields == ["sentiment", "urgency", "category"]
+
+
+def test_prompt_renders_every_input_and_marks_empty_bodies() -> None:
+    msgs = TASK.messages(
+        {"subject": "Charged twice", "body": None, "customer_tier": "pro", "channel": "email"}
+    )
+    assert msgs[0]["role"] == "system" and "JSON" in msgs[0]["content"]
+    assert "Subject: Charged twice" in msgs[1]["content"] and "(empty)" in msgs[1]["content"]
+    # braces in the data are not template fields
+    assert "{x}" in TASK.render_user({"subject": "{x}", "body": "b", "customer_tier": "t", "channel": "c"})
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"sentiment":"negative","urgency":"high","category":"billing"}', "summary"),
+        ('{"sentiment":"angry","urgency":"high","category":"billing","summary":"x"}', "sentiment"),
+        (
+            '{"sentiment":"negative","urgency":"high","category":"billing","summary":"' + "x" * 121 + '"}',
+            "summary",
+        ),
+        ('{"sentiment":"negative","urgency":"high","category":"billing","summary":"x","extra":1}', "extra"),
+        ('{"sentiment":"negative","urgency":"hi', "not JSON"),
+        ("", "not JSON"),
+    ],
+)
+def test_invalid_answers_are_rejected_with_a_reason(text: str, reason: str) -> None:
+    verdict, error = TASK.parse(text)
+    assert verdict is None and error is not None and reason in error
+
+
+def test_result_rows_keep_status_and_raw_text() -> None:
+    ok = result_row(
+        source_id="T-1",
+        run_id="r",
+        task=TASK,
+        processed_at=None,
+        model="m",
+        raw_output='{"sentiment":"neutral","urgency":"low","category":"other","summary":"hi"}',
+    )
+    assert (ok["status"], ok["category"], ok["error"]) == (STATUS_OK, "other", None)
+    bad = result_row(
+        source_id="T-2", run_id="r", task=TASK, processed_at=None, model="m", raw_output='{"senti'
+    )
+    assert (bad["status"], bad["category"], bad["raw_output"]) == (STATUS_INVALID, None, '{"senti')
+    err = result_row(
+        source_id="T-3",
+        run_id="r",
+        task=TASK,
+        processed_at=None,
+        model="m",
+        raw_output="",
+        inference_error="EngineDeadError: boom",
+    )
+    assert (err["status"], err["error"]) == (STATUS_ERROR, "EngineDeadError: boom")
+
+
+def test_results_schema_has_system_and_verdict_columns() -> None:
+    names = [f.name for f in results_schema(TASK).fields]
+    assert names[:3] == ["source_id", "run_id", "status"]
+    assert names[-4:] == ["sentiment", "urgency", "category", "summary"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"user_template": "{subject} {priority}"}, "priority"),
+        ({"output_schema": {"type": "object", "properties": {"tags": {"type": "array"}}}}, "flat objects"),
+        ({"sampling": {"temperature": 0}}, "max_tokens"),
+        ({"truncate_column": "notes"}, "truncate_column"),
+    ],
+)
+def test_invalid_task_files_say_what_is_wrong(tmp_path: Path, patch: dict, message: str) -> None:
+    spec = json.loads(DEFAULT_TASK.read_text()) | patch
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(TaskSpecError, match=message):
+        load_task(path)
+
+
+def test_missing_and_malformed_task_files(tmp_path: Path) -> None:
+    with pytest.raises(TaskSpecError, match="does not exist"):
+        load_task(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(TaskSpecError, match="not JSON"):
+        load_task(tmp_path / "bad.json")
