@@ -51,6 +51,7 @@ lint: env
 	$(PY) -m ruff check $(SRC)
 	$(PY) -m ruff format --check $(SRC)
 	$(PY) -m mypy
+	$(VENV)/bin/hadolint jobimage/Dockerfile
 
 format: env
 	$(PY) -m ruff format $(SRC)
@@ -61,6 +62,9 @@ test: lint
 
 test-fast: env
 	$(PY) -m pytest -m "unit or functional" $(PYTEST_ARGS)
+
+bench: env
+	$(PY) -m bench.pipeline_vs_bare --rows 1000
 
 lock: | $(UV)
 	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 \

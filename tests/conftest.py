@@ -46,3 +46,11 @@ def any_settings(request: pytest.FixtureRequest) -> Settings:
     """Each test runs on the SQL catalog and on the Glue catalog (moto server)."""
     name = "settings" if request.param == "sql" else "glue_settings"
     return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's tiny random-weight Llama, built once per test session."""
+    from icebatch_job.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")

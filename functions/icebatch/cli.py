@@ -122,6 +122,41 @@ def cmd_ledger_reset(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_job_run(args: argparse.Namespace, settings: Settings) -> int:
+    import signal
+
+    from icebatch_job.job import JobInterrupted, JobRequest, run_job
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise JobInterrupted()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    request = JobRequest(
+        run_id=args.run_id,
+        from_snapshot="watermark" if args.from_snapshot is None else _snapshot_arg(args.from_snapshot),
+        to_snapshot=None if args.to_snapshot is None else int(args.to_snapshot),
+        limit=args.limit,
+        rayjob_name=args.rayjob_name,
+    )
+    emit = (lambda _text: None) if args.json else print
+    result = run_job(settings, request, out=emit)
+    if args.json:
+        _print_json(result.to_json())
+    return {"completed": 0, "nothing_new": 0, "conflict": 5, "failed": 1}[result.status]
+
+
+def _snapshot_arg(value: str) -> int | None:
+    return None if value == "none" else int(value)
+
+
+def cmd_model_tiny(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch_job.tiny_model import build_tiny_model
+
+    path = build_tiny_model(settings.tiny_model_dir, force=args.force)
+    print(path)
+    return 0
+
+
 def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     names = Settings.env_names()
     values = settings.model_dump(by_alias=False)
@@ -193,6 +228,36 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--to-snapshot", required=True, help="source snapshot id, or `none`")
     q.add_argument("--reason", required=True, help="recorded in the ledger")
     q.set_defaults(handler=cmd_ledger_reset)
+
+    p = sub.add_parser("job", help="the data-plane job (what a RayJob runs)")
+    jsub = p.add_subparsers(dest="job_command", metavar="ACTION", required=True)
+    q = jsub.add_parser(
+        "run",
+        help="read new rows, label them with the LLM, commit results + watermark",
+        description="Run one job against the configured catalog: plan the range after the watermark, stream "
+        "it through the LLM, commit the results with the new watermark in one commit, print the "
+        "INCREMENTAL STATE / BATCH SUMMARY / TOKENOMICS blocks and emit a completion event. With nothing "
+        "new it prints `new tickets : 0` and starts no engine. Exit status: 0 done or nothing new, 5 "
+        "another run covered the range first, 1 failed (a 'Batch Job Failed' event was emitted).",
+    )
+    q.add_argument("--limit", type=int, help="process at most N rows (whole snapshots, at least one)")
+    q.add_argument("--json", action="store_true", help="print one JSON summary instead of the report")
+    q.add_argument("--run-id", help="run id (the launcher passes one; default: generated)")
+    q.add_argument("--from-snapshot", help="expected watermark (`none` for the first run); refused if stale")
+    q.add_argument("--to-snapshot", help="last source snapshot to include (default: current)")
+    q.add_argument("--rayjob-name", help="recorded in the events (set by the RayJob)")
+    q.set_defaults(handler=cmd_job_run)
+
+    p = sub.add_parser("model", help="the local tiny model")
+    msub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    q = msub.add_parser(
+        "tiny",
+        help="build the tiny random-weight Llama used on machines without a GPU (cached)",
+        description="Build (once) a tiny Llama with random weights and a tokenizer trained on generated "
+        "tickets under $ICEBATCH_HOME/models/tiny-llama, and print its path.",
+    )
+    q.add_argument("--force", action="store_true", help="rebuild even if it exists")
+    q.set_defaults(handler=cmd_model_tiny)
 
     p = sub.add_parser("config", help="list every setting, its environment variable and current value")
     p.add_argument("--json", action="store_true")

@@ -69,3 +69,7 @@ class ModelUnavailableError(PermanentError):
 
 class IncompleteRunError(TransientError):
     """A run produced fewer or more result rows than its range holds; nothing was committed."""
+
+
+class TooManyErrorsError(TransientError):
+    """Too many rows of a run failed in the engine or endpoint; nothing was committed."""

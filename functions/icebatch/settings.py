@@ -174,6 +174,13 @@ class Settings(BaseModel):
     batch_size: int = Field(default=64, ge=1, description="Rows per batch sent to an engine replica.")
     concurrency: int = Field(default=1, ge=1, description="Engine replicas (one GPU each).")
     structured_output: bool = Field(default=True, description="Constrain output to the task's JSON schema.")
+    max_inference_error_rate: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="A run whose share of `inference_error` rows (engine/endpoint failures, not bad answers) "
+        "exceeds this commits nothing and fails: its range stays pending for the next run.",
+    )
 
     # --- cost ---------------------------------------------------------------------------------------
     gpu_hourly_rate: float = Field(

@@ -105,6 +105,7 @@ class RunStats:
     truncated: int = 0
     llm_seconds: float = 0.0
     labels: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    first_error: str | None = None  # the first inference_error message (for the failure report)
 
     def observe(self, batch: pa.RecordBatch) -> None:
         import pyarrow.compute as pc
@@ -117,6 +118,13 @@ class RunStats:
         self.llm_seconds += float(pc.sum(batch.column("llm_seconds")).as_py() or 0.0)
         for name in self.label_fields:
             self.labels[name].update(v for v in batch.column(name).to_pylist() if v is not None)
+        if self.first_error is None and STATUS_ERROR in self.statuses:
+            for status, error in zip(
+                batch.column("status").to_pylist(), batch.column("error").to_pylist(), strict=True
+            ):
+                if status == STATUS_ERROR:
+                    self.first_error = error
+                    break
 
     def stream(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

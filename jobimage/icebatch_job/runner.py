@@ -1,8 +1,9 @@
 """Executing one planned run: stream result rows into data files, then one ledger commit.
 
-The LLM pipeline (``icebatch_job.pipeline``) and any other producer of result batches go through
-``execute``, so every run gets the same guarantees: rows are counted against the range before the
-commit, the commit is the ledger's compare-and-set, and a run that lost the race discards its files.
+The LLM pipeline (``icebatch_job.job``) and any other producer of result batches go through
+``write_results`` and ``commit_results``, so every run gets the same guarantees: rows are counted
+against the range before the commit, the commit is the ledger's compare-and-set, and a run that lost
+the race discards its files.
 """
 
 from __future__ import annotations
@@ -12,14 +13,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from icebatch.errors import IncompleteRunError
+from icebatch.errors import IncompleteRunError, TooManyErrorsError
 from icebatch.ledger import CommitResult, ResultsLedger, RunPlan
 
-from icebatch_job.results import RunStats, results_arrow_schema, results_schema, write_data_files
+from icebatch_job.results import (
+    STATUS_ERROR,
+    RunStats,
+    results_arrow_schema,
+    results_schema,
+    write_data_files,
+)
 from icebatch_job.task import TaskSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.manifest import DataFile
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +37,48 @@ class ExecutedRun:
     plan: RunPlan
     stats: RunStats
     commit: CommitResult
+
+
+def write_results(
+    ledger: ResultsLedger, task: TaskSpec, results: Iterable[pa.RecordBatch], stats: RunStats
+) -> list[DataFile]:
+    """Stream result batches into (uncommitted) data files of the results table, counting as they pass."""
+    table = ledger.ensure_results_table(results_schema(task))
+    return write_data_files(table, results_arrow_schema(task), stats.stream(results))
+
+
+def commit_results(
+    ledger: ResultsLedger,
+    plan: RunPlan,
+    files: list[DataFile],
+    stats: RunStats,
+    *,
+    exact_rows: int | None,
+    engine_seconds: float = 0.0,
+    extra_summary: dict[str, str] | None = None,
+    max_inference_error_rate: float = 1.0,
+) -> CommitResult:
+    """Commit the files with the new watermark, after checking that every source row has its result row.
+
+    ``exact_rows`` is the number of source rows in the range when it is known exactly (no delete files
+    apply); a different number of result rows means rows were lost or duplicated on the way, and the run
+    is refused (IncompleteRunError) before anything becomes visible.
+    """
+    if exact_rows is not None and stats.rows != exact_rows:
+        ledger.discard(files)
+        raise IncompleteRunError(
+            f"run {plan.run_id} produced {stats.rows} result rows for {exact_rows} source rows; nothing "
+            "was committed and the range stays pending"
+        )
+    failed = stats.statuses[STATUS_ERROR]
+    if stats.rows and failed / stats.rows > max_inference_error_rate:
+        ledger.discard(files)
+        raise TooManyErrorsError(
+            f"{failed} of {stats.rows} rows failed in the engine/endpoint (more than "
+            f"{max_inference_error_rate:.0%}, ICEBATCH_MAX_INFERENCE_ERROR_RATE); nothing was committed and "
+            f"the range stays pending. First error: {stats.first_error}"
+        )
+    return ledger.commit(plan, files, stats.totals(engine_seconds=engine_seconds, extra=extra_summary))
 
 
 def execute(
@@ -41,21 +91,16 @@ def execute(
     engine_seconds: float = 0.0,
     extra_summary: dict[str, str] | None = None,
 ) -> ExecutedRun:
-    """Write ``results`` for ``plan`` and commit them with the new watermark.
-
-    ``exact_rows`` is the number of source rows in the range when it is known exactly (no delete files
-    apply); a different number of result rows means rows were lost or duplicated on the way, and the run
-    is refused (IncompleteRunError) before anything becomes visible.
-    """
-    table = ledger.ensure_results_table(results_schema(task))
+    """``write_results`` then ``commit_results``."""
     stats = RunStats(task.label_fields)
-    files = write_data_files(table, results_arrow_schema(task), stats.stream(results))
-    if exact_rows is not None and stats.rows != exact_rows:
-        ledger.discard(files)
-        raise IncompleteRunError(
-            f"run {plan.run_id} produced {stats.rows} result rows for {exact_rows} source rows; nothing "
-            "was committed and the range stays pending"
-        )
-    totals = stats.totals(engine_seconds=engine_seconds, extra=extra_summary)
-    commit = ledger.commit(plan, files, totals)
+    files = write_results(ledger, task, results, stats)
+    commit = commit_results(
+        ledger,
+        plan,
+        files,
+        stats,
+        exact_rows=exact_rows,
+        engine_seconds=engine_seconds,
+        extra_summary=extra_summary,
+    )
     return ExecutedRun(plan, stats, commit)

@@ -43,12 +43,21 @@ def iter_batches(
 
 
 def read_dataset(
-    table: Table, plan: RunPlan, columns: tuple[str, ...] | None = None, *, parallelism: int = -1
-) -> ray.data.Dataset:
-    """The range's rows as a streaming Ray dataset."""
-    return ray.data.read_datasource(
-        IncrementalIcebergDatasource(table, plan, columns), override_num_blocks=parallelism
-    )
+    table: Table,
+    plan: RunPlan,
+    columns: tuple[str, ...] | None = None,
+    *,
+    parallelism: int = -1,
+    num_cpus: float = 0.25,
+) -> tuple[ray.data.Dataset, int | None]:
+    """The range's rows as a streaming Ray dataset, and their exact count when known (no deletes apply).
+
+    Read tasks ask for a fraction of a CPU: they are I/O-bound, and a whole CPU each can leave nothing for
+    the engine's bundle on a small node.
+    """
+    source = IncrementalIcebergDatasource(table, plan, columns)
+    dataset = ray.data.read_datasource(source, override_num_blocks=parallelism, num_cpus=num_cpus)
+    return dataset, source.exact_rows
 
 
 def _read_files(tasks: list[FileScanTask], metadata: Any, io: Any, schema: Any) -> Iterable[pa.Table]:
@@ -73,6 +82,12 @@ class IncrementalIcebergDatasource(Datasource):
         self._schema = scan.projection()
         self._metadata = table.metadata
         self._io = table.io
+
+    @property
+    def exact_rows(self) -> int | None:
+        if any(t.delete_files for t in self._tasks):
+            return None
+        return sum(t.file.record_count for t in self._tasks)
 
     def estimate_inmemory_data_size(self) -> int | None:
         return sum(t.file.file_size_in_bytes for t in self._tasks) * _INFLATION

@@ -49,7 +49,7 @@ class TaskSpec(BaseModel):
     system_prompt: str
     user_template: str
     output_schema: dict[str, Any]
-    sampling: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0.0, "max_tokens": 96})
+    sampling: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0.0, "max_tokens": 160})
 
     @field_validator("output_schema")
     @classmethod
@@ -97,7 +97,7 @@ class TaskSpec(BaseModel):
 
     @property
     def output_schema_json(self) -> str:
-        return json.dumps(self.output_schema, separators=(",", ":"), sort_keys=True)
+        return json.dumps(self.output_schema, separators=(",", ":"))
 
     @cached_property
     def verdict_model(self) -> type[BaseModel]:

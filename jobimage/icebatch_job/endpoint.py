@@ -1,0 +1,180 @@
+"""Endpoint mode: the same pipeline, answered by an existing OpenAI-compatible server.
+
+Each row becomes one ``POST {ICEBATCH_ENDPOINT_URL}/chat/completions`` with the task's messages,
+sampling and ``response_format`` (``json_schema``, strict). At most ``ICEBATCH_ENDPOINT_CONCURRENCY``
+requests are in flight; 408/409/429/5xx answers and connection errors are retried with exponential
+backoff and jitter up to ``ICEBATCH_ENDPOINT_MAX_RETRIES`` times, after which the row is kept as an
+``inference_error`` (never dropped, never retried forever). Token counts come from the response's
+``usage``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from icebatch.settings import Settings
+
+from icebatch_job.prompts import ID, TRUNCATED
+from icebatch_job.task import TaskSpec
+
+if TYPE_CHECKING:
+    import ray.data
+
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+CHARS_PER_TOKEN_FLOOR = 2  # conservative when no tokenizer is at hand (CJK text is ~1-2 chars/token)
+
+
+def request_body(task: TaskSpec, row: dict[str, Any], model: str, structured: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": task.messages(row), **task.sampling}
+    if structured:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": task.name.replace("-", "_"),
+                "schema": task.output_schema,
+                "strict": True,
+            },
+        }
+    return body
+
+
+def truncate_by_chars(task: TaskSpec, row: dict[str, Any], max_model_len: int) -> tuple[dict[str, Any], bool]:
+    """Shorten the truncate column so the prompt surely fits, without the endpoint's tokenizer."""
+    column = task.truncate_column
+    budget_chars = (max_model_len - task.max_tokens) * CHARS_PER_TOKEN_FLOOR
+    fixed = len(task.system_prompt) + len(task.render_user({**row, column: ""})) if column else 0
+    text = row.get(column) if column else None
+    if not column or not isinstance(text, str) or fixed + len(text) <= budget_chars:
+        return row, False
+    keep = max(0, budget_chars - fixed - 16)
+    return {**row, column: text[:keep] + " [truncated]"}, True
+
+
+class EndpointStage:
+    """Ray Data UDF: rows -> engine-shaped outputs from an OpenAI-compatible endpoint."""
+
+    def __init__(self, task: TaskSpec, settings: Settings) -> None:
+        self.task = task
+        self.url = (settings.endpoint_url or "").rstrip("/") + "/chat/completions"
+        self.model = settings.endpoint_model or "default"
+        self.structured = settings.structured_output
+        self.max_model_len = settings.max_model_len
+        self.concurrency = settings.endpoint_concurrency
+        self.max_retries = settings.endpoint_max_retries
+        self.base_wait = 0.5
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        n = len(batch[self.task.id_column])
+        rows = [
+            {c: _py(batch[c][i]) for c in (self.task.id_column, *self.task.input_columns)} for i in range(n)
+        ]
+        results = asyncio.run(self._all(rows))
+        out: dict[str, list[Any]] = {
+            ID: [str(r[self.task.id_column]) for r in rows],
+            TRUNCATED: [],
+            "generated_text": [],
+            "num_input_tokens": [],
+            "num_generated_tokens": [],
+            "time_taken_llm": [],
+            "__inference_error__": [],
+        }
+        for res in results:
+            for k, v in res.items():
+                out[k].append(v)
+        return out
+
+    async def _all(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        import aiohttp
+
+        gate = asyncio.Semaphore(self.concurrency)
+        timeout = aiohttp.ClientTimeout(total=300, connect=10)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            return await asyncio.gather(*(self._one(session, gate, r) for r in rows))
+
+    async def _one(self, session: Any, gate: asyncio.Semaphore, row: dict[str, Any]) -> dict[str, Any]:
+        import aiohttp
+
+        prompt_row, truncated = truncate_by_chars(self.task, row, self.max_model_len)
+        body = json.dumps(request_body(self.task, prompt_row, self.model, self.structured))
+        last_error = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.base_wait * 2 ** (attempt - 1) * (0.5 + random.random()))
+            async with gate:
+                t = time.perf_counter()
+                try:
+                    async with session.post(
+                        self.url, data=body, headers={"Content-Type": "application/json"}
+                    ) as r:
+                        payload = await r.text()
+                        elapsed = time.perf_counter() - t
+                        if r.status in RETRYABLE_STATUS:
+                            last_error = f"HTTP {r.status}: {payload[:300]}"
+                            continue
+                        if r.status != 200:
+                            return _error(f"HTTP {r.status}: {payload[:500]}", truncated)
+                except (TimeoutError, aiohttp.ClientError) as e:
+                    last_error = f"{type(e).__name__}: {e}"
+                    continue
+            try:
+                data = json.loads(payload)
+                text = data["choices"][0]["message"]["content"] or ""
+                usage = data.get("usage") or {}
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                return _error(f"unexpected response ({type(e).__name__}): {payload[:300]}", truncated)
+            return {
+                TRUNCATED: truncated,
+                "generated_text": text,
+                "num_input_tokens": int(usage.get("prompt_tokens") or 0),
+                "num_generated_tokens": int(usage.get("completion_tokens") or 0),
+                "time_taken_llm": elapsed,
+                "__inference_error__": "",
+            }
+        return _error(f"gave up after {self.max_retries + 1} attempts: {last_error}", truncated)
+
+
+def _error(message: str, truncated: bool) -> dict[str, Any]:
+    return {
+        TRUNCATED: truncated,
+        "generated_text": "",
+        "num_input_tokens": 0,
+        "num_generated_tokens": 0,
+        "time_taken_llm": 0.0,
+        "__inference_error__": message,
+    }
+
+
+def _py(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def build_endpoint_pipeline(
+    source: ray.data.Dataset, task: TaskSpec, settings: Settings, *, run_id: str
+) -> ray.data.Dataset:
+    import ray.data
+
+    from icebatch_job.pipeline import SMALL_CPU, ParseStage
+
+    answered = source.map_batches(
+        EndpointStage,
+        fn_constructor_kwargs={"task": task, "settings": settings},
+        batch_size=max(settings.batch_size, settings.endpoint_concurrency * 4),
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=SMALL_CPU,
+    )
+    return answered.map_batches(
+        ParseStage,
+        fn_constructor_kwargs={
+            "task": task,
+            "run_id": run_id,
+            "model": settings.endpoint_model or "endpoint",
+        },
+        batch_format="pyarrow",
+        batch_size=settings.batch_size,
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=SMALL_CPU,
+    )

@@ -1,0 +1,211 @@
+"""The streaming pipeline: incremental read -> prompts -> LLM -> validated result rows.
+
+Two interchangeable middles, chosen by ``ICEBATCH_ENGINE_MODE``:
+
+- ``engine`` (default): ``ray.data.llm.build_processor(vLLMEngineProcessorConfig(...))`` with vLLM in
+  the job's Ray actors; GPU when the cluster has one, vLLM's CPU build otherwise.
+- ``endpoint``: the same rows are sent to an existing OpenAI-compatible server (``icebatch_job.endpoint``).
+
+Either way the last stage turns each engine output into exactly one result row with an explicit status
+(``icebatch_job.results.result_row``); nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from icebatch.settings import Settings
+
+from icebatch_job.prompts import ID, TRUNCATED, PromptStage
+from icebatch_job.results import result_row, results_arrow_schema
+from icebatch_job.task import TaskSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import ray.data
+
+log = logging.getLogger(__name__)
+
+SMALL_CPU = 0.1  # CPU share of the light stages: on 2 cores, whole CPUs for them starve the engine
+PROMPT_STAGE_MEMORY = 512 * 1024**2  # a tokenizer and its batch (measured ~310 MiB with the tiny model)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What the engine stage is built from (also recorded in the run's report)."""
+
+    model_source: str
+    model_name: str
+    device: str
+    engine_kwargs: dict[str, Any]
+    batch_size: int
+    concurrency: int
+    accelerator_type: str | None
+
+
+def engine_config(settings: Settings, model_source: str, device: str) -> EngineConfig:
+    """vLLM engine arguments from the settings (pure; see tests/unit/test_pipeline_plan.py)."""
+    kwargs: dict[str, Any] = {
+        "max_model_len": settings.max_model_len,
+        "dtype": settings.dtype,
+        "enable_prefix_caching": settings.enable_prefix_caching,
+        "enable_chunked_prefill": settings.enable_chunked_prefill,
+        "enforce_eager": settings.enforce_eager if settings.enforce_eager is not None else device == "cpu",
+    }
+    if settings.structured_output:
+        # guidance keeps strings free of raw control characters (xgrammar let ~15 % through on CPU)
+        kwargs["structured_outputs_config"] = {"backend": "guidance", "disable_any_whitespace": True}
+    if settings.max_num_batched_tokens:
+        kwargs["max_num_batched_tokens"] = settings.max_num_batched_tokens
+    if settings.max_num_seqs:
+        kwargs["max_num_seqs"] = settings.max_num_seqs
+    if device == "gpu":
+        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
+    if model_source.startswith("s3://"):
+        kwargs["load_format"] = "runai_streamer"
+    return EngineConfig(
+        model_source=model_source,
+        model_name=model_source.rstrip("/").rsplit("/", 1)[-1],
+        device=device,
+        engine_kwargs=kwargs,
+        batch_size=settings.batch_size,
+        concurrency=settings.concurrency,
+        accelerator_type=settings.accelerator_type if device == "gpu" else None,
+    )
+
+
+def processor_config(cfg: EngineConfig) -> Any:
+    """The ray.data.llm processor config: our prompt stage replaces Ray's template/tokenize stages."""
+    from ray.data.llm import vLLMEngineProcessorConfig
+
+    extra: dict[str, Any] = {}
+    if cfg.device == "cpu":
+        # without an explicit CPU bundle the vLLM stage asks for a GPU and waits forever
+        extra["placement_group_config"] = {"bundles": [{"CPU": 1}]}
+    return vLLMEngineProcessorConfig(
+        model_source=cfg.model_source,
+        engine_kwargs=cfg.engine_kwargs,
+        batch_size=cfg.batch_size,
+        concurrency=cfg.concurrency,
+        accelerator_type=cfg.accelerator_type,
+        chat_template_stage=False,
+        tokenize_stage=False,
+        detokenize_stage=False,  # vLLM detokenizes the output itself
+        should_continue_on_error=True,  # a failed row becomes an inference_error row, not a failed job
+        log_engine_metrics=False,
+        max_concurrent_batches=4,
+        **extra,
+    )
+
+
+class ParseStage:
+    """Engine outputs -> result rows (one per input row, explicit status)."""
+
+    def __init__(self, task: TaskSpec, run_id: str, model: str) -> None:
+        self.task = task
+        self.run_id = run_id
+        self.model = model
+        self.schema = results_arrow_schema(task)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        import pyarrow as pa
+
+        now = datetime.now(UTC)
+        rows = []
+        for r in batch.to_pylist():
+            error = r.get("__inference_error__") or None
+            rows.append(
+                result_row(
+                    source_id=r[ID],
+                    run_id=self.run_id,
+                    task=self.task,
+                    processed_at=now,
+                    model=self.model,
+                    raw_output=r.get("generated_text"),
+                    inference_error=error,
+                    input_truncated=bool(r.get(TRUNCATED)),
+                    num_input_tokens=r.get("num_input_tokens") or 0,
+                    num_generated_tokens=r.get("num_generated_tokens") or 0,
+                    llm_seconds=max(0.0, float(r.get("time_taken_llm") or 0.0)),
+                )
+            )
+        return pa.Table.from_pylist(rows, schema=self.schema)
+
+
+def build_engine_pipeline(
+    source: ray.data.Dataset,
+    task: TaskSpec,
+    cfg: EngineConfig,
+    *,
+    run_id: str,
+    model_path: str,
+    max_model_len: int,
+    structured_output: bool,
+) -> ray.data.Dataset:
+    """source rows -> result rows through vLLM in this Ray cluster."""
+    import ray.data
+    from ray.data.llm import build_processor
+
+    prompts = source.map_batches(
+        PromptStage,
+        fn_constructor_kwargs={
+            "task": task,
+            "model_path": model_path,
+            "max_model_len": max_model_len,
+            "structured_output": structured_output,
+        },
+        batch_size=cfg.batch_size,
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=SMALL_CPU,
+        memory=PROMPT_STAGE_MEMORY,
+    )
+    processor = build_processor(
+        processor_config(cfg),
+        preprocess_map_kwargs={"num_cpus": SMALL_CPU},
+        postprocess_map_kwargs={"num_cpus": SMALL_CPU},
+    )
+    outputs = processor(prompts)
+    return outputs.map_batches(
+        ParseStage,
+        fn_constructor_kwargs={"task": task, "run_id": run_id, "model": cfg.model_name},
+        batch_format="pyarrow",
+        batch_size=cfg.batch_size,
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=SMALL_CPU,
+    )
+
+
+@dataclass(frozen=True)
+class BuiltPipeline:
+    dataset: ray.data.Dataset
+    model_name: str
+
+
+def build_pipeline(
+    source: ray.data.Dataset,
+    task: TaskSpec,
+    settings: Settings,
+    *,
+    run_id: str,
+    model: str,
+    device: str,
+) -> BuiltPipeline:
+    """Source rows -> result rows, through the in-job engine or an existing endpoint (a setting)."""
+    if settings.engine_mode == "endpoint":
+        from icebatch_job.endpoint import build_endpoint_pipeline
+
+        return BuiltPipeline(build_endpoint_pipeline(source, task, settings, run_id=run_id), model)
+    cfg = engine_config(settings, model, device)
+    dataset = build_engine_pipeline(
+        source,
+        task,
+        cfg,
+        run_id=run_id,
+        model_path=model,
+        max_model_len=settings.max_model_len,
+        structured_output=settings.structured_output,
+    )
+    return BuiltPipeline(dataset, cfg.model_name)

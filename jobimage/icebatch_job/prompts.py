@@ -1,0 +1,97 @@
+"""From source rows to engine requests: chat template, tokens, and truncation to fit the context.
+
+One Ray Data stage does all three (Ray's separate chat-template and tokenize stages each hold an actor
+and a CPU; on a small machine they starve the engine). Prompts are handed to vLLM as token ids, so the
+engine does not tokenize again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from icebatch_job.task import TaskSpec
+
+ID = "__icebatch_source_id"
+TRUNCATED = "__icebatch_truncated"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    token_ids: list[int]
+    truncated: bool
+
+
+class PromptBuilder:
+    """Builds the token ids of each row's prompt; shortens ``task.truncate_column`` when it is too long.
+
+    The budget is ``max_model_len - max_tokens``: a prompt that fits always leaves room for a complete
+    answer.
+    """
+
+    def __init__(self, task: TaskSpec, tokenizer: Any, max_model_len: int) -> None:
+        self.task = task
+        self.tokenizer = tokenizer
+        self.budget = max_model_len - task.max_tokens
+        if self.budget < 32:
+            raise ValueError(
+                f"max_model_len {max_model_len} leaves {self.budget} tokens for the prompt after max_tokens "
+                f"{task.max_tokens}; raise ICEBATCH_MAX_MODEL_LEN"
+            )
+
+    def _ids(self, row: dict[str, Any]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(
+            self.task.messages(row), tokenize=False, add_generation_prompt=True
+        )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def build(self, row: dict[str, Any]) -> Prompt:
+        ids = self._ids(row)
+        if len(ids) <= self.budget:
+            return Prompt(ids, False)
+        column = self.task.truncate_column
+        if column is None:
+            return Prompt(ids[: self.budget], True)  # no designated column: cut the end of the prompt
+        text = row.get(column) or ""
+        text_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        for _ in range(4):  # re-rendering can shift token boundaries; converge in a few steps
+            excess = len(ids) - self.budget
+            keep = max(0, len(text_ids) - excess - 8)
+            text_ids = text_ids[:keep]
+            shortened = self.tokenizer.decode(text_ids) + " [truncated]"
+            ids = self._ids({**row, column: shortened})
+            if len(ids) <= self.budget:
+                return Prompt(ids, True)
+        return Prompt(ids[: self.budget], True)
+
+
+class PromptStage:
+    """Ray Data UDF (one tokenizer per worker): adds the columns vLLM's stage reads."""
+
+    def __init__(self, task: TaskSpec, model_path: str, max_model_len: int, structured_output: bool) -> None:
+        from transformers import AutoTokenizer
+
+        self.builder = PromptBuilder(task, AutoTokenizer.from_pretrained(model_path), max_model_len)
+        self.sampling = dict(task.sampling)
+        if structured_output:
+            self.sampling["structured_outputs"] = {"json": task.output_schema_json}
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        n = len(batch[self.builder.task.id_column])
+        prompts = []
+        truncated = []
+        for i in range(n):
+            row = {c: _py(batch[c][i]) for c in self.builder.task.input_columns}
+            p = self.builder.build(row)
+            prompts.append(p.token_ids)
+            truncated.append(p.truncated)
+        return {
+            ID: [str(x) for x in batch[self.builder.task.id_column]],
+            TRUNCATED: truncated,
+            "tokenized_prompt": prompts,
+            "sampling_params": [self.sampling] * n,
+        }
+
+
+def _py(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value

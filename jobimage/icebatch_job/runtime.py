@@ -1,0 +1,131 @@
+"""The job's process environment: caches under ICEBATCH_HOME, offline model loading, Ray start-up.
+
+vLLM, torch, inductor, Hugging Face and Ray write to ``~/.cache``, ``~/.ray`` and ``/tmp`` unless told
+otherwise. ``prepare_environment`` points all of them under ``$ICEBATCH_HOME/cache`` (and Ray's temp dir
+under ``$ICEBATCH_HOME/ray``) before any of those libraries is imported, and returns the same variables
+for Ray's ``runtime_env`` so that workers see them too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from icebatch.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def is_remote_model(source: str) -> bool:
+    return source.startswith(("s3://", "gs://", "hf://")) or (
+        not source.startswith(("/", ".")) and "/" in source
+    )
+
+
+def job_environment(settings: Settings, *, device: str) -> dict[str, str]:
+    """Environment variables the job's processes (driver and Ray workers) need."""
+    cache = settings.home_abs / "cache"
+    env = {
+        "XDG_CACHE_HOME": str(cache),
+        "HF_HOME": str(cache / "huggingface"),
+        "TORCH_HOME": str(cache / "torch"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+        "VLLM_LOGGING_LEVEL": "DEBUG" if settings.log_level.upper() == "DEBUG" else "WARNING",
+    }
+    source = settings.model_source
+    if source is None or not is_remote_model(source) or source.startswith("s3://"):
+        env["HF_HUB_OFFLINE"] = "1"
+    if device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.kv_cache_gib:g}"
+    return env
+
+
+def prepare_environment(settings: Settings, *, device: str = "cpu") -> dict[str, str]:
+    """Export the job environment into this process (explicit values already set win)."""
+    env = job_environment(settings, device=device)
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+    (settings.home_abs / "cache").mkdir(parents=True, exist_ok=True)
+    return {k: os.environ[k] for k in env}
+
+
+def ray_temp_dir(settings: Settings) -> str:
+    """Ray's temp dir, under ICEBATCH_HOME.
+
+    Ray puts unix sockets in it, whose paths may not exceed 107 bytes; a deep ICEBATCH_HOME is reached
+    through a short symlink in /tmp so that the files still live under the project's folder.
+    """
+    real = settings.home_abs / "ray"
+    real.mkdir(parents=True, exist_ok=True)
+    if len(str(real)) <= 40:
+        return str(real)
+    link = Path("/tmp") / f"icebatch-ray-{hashlib.sha1(str(real).encode()).hexdigest()[:10]}"
+    if not link.is_symlink() or link.resolve() != real:
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(real, target_is_directory=True)
+    return str(link)
+
+
+def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = None) -> None:
+    """Connect to the cluster the job runs in (RayJob, `ray-jobs` mode) or start a local one."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {
+        "runtime_env": {"env_vars": env},
+        # workers' logs stay in Ray's session logs (under ICEBATCH_HOME/ray) unless debugging
+        "log_to_driver": settings.log_level.upper() == "DEBUG",
+        "logging_level": logging.DEBUG if settings.log_level.upper() == "DEBUG" else logging.WARNING,
+        "ignore_reinit_error": True,
+    }
+    address = os.environ.get("RAY_ADDRESS") or settings.ray_address
+    if address:
+        kwargs["address"] = address
+    else:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, loopback-only cluster
+        kwargs.update(
+            _temp_dir=ray_temp_dir(settings),
+            include_dashboard=False,
+            # Logical CPUs, not cores: the engine's bundle takes one, and Ray Data's budget would leave
+            # nothing for the (mostly waiting) read/prompt/parse stages on a 2-core machine: a silent hang.
+            num_cpus=num_cpus or max(4, 2 * (os.cpu_count() or 2)),
+            _node_ip_address="127.0.0.1",
+        )
+    log.info("starting Ray (%s)", address or "local, 127.0.0.1")
+    ray.init(**kwargs)
+    from ray.data import DataContext
+
+    ctx = DataContext.get_current()
+    ctx.enable_progress_bars = False  # icebatch prints its own progress
+    ctx.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def detect_device(settings: Settings) -> str:
+    """`cpu` or `gpu`: as configured, or what the Ray cluster has when `auto`."""
+    if settings.device != "auto":
+        return settings.device
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return "gpu" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    except ImportError:  # pragma: no cover
+        return "cpu"

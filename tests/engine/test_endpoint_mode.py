@@ -1,0 +1,66 @@
+"""Endpoint mode (the seed's pattern 1) against vLLM's own OpenAI server with the tiny model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from icebatch.catalog import open_catalog
+from icebatch.errors import TooManyErrorsError
+from icebatch.ledger import open_ledger
+from icebatch.settings import Settings
+from icebatch_job.job import run_job
+from icebatch_job.runtime import job_environment
+from icebatch_job.tickets import ensure_source_table, generate
+
+from tests.support.fault_proxy import fault_proxy
+from tests.support.vllm_server import free_port, vllm_openai_server
+
+pytestmark = [pytest.mark.engine]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    home = tmp_path_factory.mktemp("server")
+    env = job_environment(Settings(home=home), device="cpu")
+    with vllm_openai_server(tiny_model, env, home / "vllm.log") as url:
+        yield url.removesuffix("/v1")
+
+
+def _endpoint_settings(base: Settings, url: str, **kw: object) -> Settings:
+    return base.with_overrides(engine_mode="endpoint", endpoint_url=url + "/v1", endpoint_model="tiny", **kw)
+
+
+def test_endpoint_mode_end_to_end_with_usage_tokens(engine_settings: Settings, server: str) -> None:
+    s = _endpoint_settings(engine_settings, server, endpoint_concurrency=4)
+    generate(ensure_source_table(open_catalog(s), s.source_table), tickets=40, batches=2, seed=21)
+    result = run_job(s, out=lambda _: None)
+    assert result.status == "completed" and result.completed is not None
+    e = result.completed
+    assert e.rows == 40 and e.rows_ok >= 38
+    assert e.tokens.input > 40 * 50 and e.tokens.output > 40 * 10  # from the server's `usage`
+    rows = open_ledger(s).results().scan().to_arrow().to_pylist()
+    assert all(r["model"] == "tiny" and r["num_generated_tokens"] > 0 for r in rows)
+
+
+def test_transient_errors_are_retried_with_backoff(engine_settings: Settings, server: str) -> None:
+    # given an endpoint that answers 503 to the first two attempts of every request
+    with fault_proxy(server, fail_first=2) as (proxy, counts):
+        s = _endpoint_settings(engine_settings, proxy, endpoint_max_retries=3)
+        generate(open_catalog(s).load_table(s.source_table), tickets=10, batches=1, seed=22)
+        result = run_job(s, out=lambda _: None)
+    # then every row succeeded on its third attempt
+    assert result.status == "completed" and result.completed is not None
+    assert result.completed.rows_by_status.get("inference_error", 0) == 0
+    assert counts["injected"] == 20 and counts["requests"] == 30
+
+
+def test_an_unreachable_endpoint_fails_the_run_and_keeps_the_range(engine_settings: Settings) -> None:
+    s = _endpoint_settings(engine_settings, f"http://127.0.0.1:{free_port()}", endpoint_max_retries=1)
+    generate(open_catalog(s).load_table(s.source_table), tickets=6, batches=1, seed=23)
+    before = open_ledger(s).watermark()
+    with pytest.raises(TooManyErrorsError, match="gave up after 2 attempts"):
+        run_job(s, out=lambda _: None)
+    assert open_ledger(s).watermark() == before
+    assert open_ledger(s).backlog().rows == 6

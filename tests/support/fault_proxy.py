@@ -1,0 +1,58 @@
+"""An HTTP proxy that injects failures in front of a real server (for retry tests)."""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@contextmanager
+def fault_proxy(upstream: str, *, fail_first: int, status: int = 503) -> Iterator[tuple[str, dict[str, int]]]:
+    """Forward to ``upstream`` but answer ``status`` to the first ``fail_first`` requests of each body."""
+    counts = {"requests": 0, "injected": 0}
+    seen: dict[bytes, int] = {}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with lock:
+                counts["requests"] += 1
+                n = seen[body] = seen.get(body, 0) + 1
+                inject = n <= fail_first
+                counts["injected"] += inject
+            if inject:
+                self._reply(status, b'{"error": "injected"}')
+                return
+            req = urllib.request.Request(
+                upstream + self.path, data=body, headers={"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=300) as r:
+                    self._reply(r.status, r.read())
+            except urllib.error.HTTPError as e:
+                self._reply(e.code, e.read())
+
+        def _reply(self, code: int, payload: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", counts
+    finally:
+        server.shutdown()

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from icebatch.costs import CostInputs, cost_breakdown
+from icebatch.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts
+from icebatch.report import completed_text, failed_text, subject
+
+pytestmark = pytest.mark.unit
+
+
+def _costs(**kw):  # type: ignore[no-untyped-def]
+    base = dict(
+        rows=2200,
+        input_tokens=330_000,
+        output_tokens=66_000,
+        engine_seconds=60,
+        job_seconds=150,
+        gpus=1,
+        hourly_rate=0.8048,
+        ttl_seconds=60,
+        consolidate_seconds=30,
+    )
+    return cost_breakdown(CostInputs(**{**base, **kw}))
+
+
+def test_lifetime_includes_the_idle_tail_and_scales_with_gpus() -> None:
+    one = _costs()
+    assert one.gpu_lifetime_seconds == 240 and one.idle_tail_seconds == 90
+    assert one.engine_cost == pytest.approx(60 / 3600 * 0.8048)
+    assert one.lifetime_cost == pytest.approx(240 / 3600 * 0.8048)
+    assert one.usd_per_1k_rows == pytest.approx(one.lifetime_cost / 2.2)
+    assert one.usd_per_1m_output_tokens == pytest.approx(one.lifetime_cost / 0.066)
+    assert one.usd_per_1m_tokens == pytest.approx(one.lifetime_cost / 0.396)
+    four = _costs(gpus=4)
+    assert four.lifetime_cost == pytest.approx(4 * one.lifetime_cost)
+
+
+def test_no_rows_no_division_by_zero() -> None:
+    c = _costs(rows=0, input_tokens=0, output_tokens=0, engine_seconds=0)
+    assert (c.usd_per_1k_rows, c.usd_per_1m_tokens, c.output_tokens_per_second) == (None, None, None)
+
+
+def _completed() -> BatchJobCompleted:
+    now = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+    return BatchJobCompleted(
+        run_id="triage-1",
+        consumer="triage",
+        source_table="support.tickets",
+        results_table="support.tickets_triage_results",
+        range=SnapshotRange(from_exclusive=1, to_inclusive=9),
+        rows=2200,
+        rows_ok=2190,
+        rows_error=10,
+        rows_by_status={"ok": 2190, "invalid_output": 10},
+        labels={"sentiment": {"negative": 1200, "neutral": 990}},
+        tokens=TokenCounts(input=330_000, output=66_000),
+        engine_seconds=60,
+        first_result_seconds=20,
+        job_seconds=150,
+        device="gpu",
+        model="llama",
+        cost=_costs(),
+        results_location="support.tickets_triage_results@42",
+        ledger_snapshot_id=42,
+        started_at=now,
+        finished_at=now,
+    )
+
+
+def test_report_has_the_seed_blocks_and_honest_cost() -> None:
+    text = completed_text(_completed())
+    for block in ("INCREMENTAL STATE", "BATCH SUMMARY", "TOKENOMICS"):
+        assert block in text
+    assert "new tickets           : 2200" in text
+    assert "GPU lifetime" in text and "idle tail 90.0 s" in text
+    assert "1,650 output tok/s" in text  # 66,000 tokens over the 40 s after start-up
+    assert subject(_completed()) == "icebatch triage: 2,200 tickets, $0.0537 (10 not ok)"
+
+
+def test_failure_report_says_what_happens_next() -> None:
+    e = BatchJobFailed(
+        consumer="triage",
+        source_table="support.tickets",
+        reason="OOM",
+        error_type="OutOfMemoryError",
+        stage="inference",
+        retryable=True,
+        failed_at=datetime.now(UTC),
+    )
+    assert "range stays pending" in failed_text(e)
+    assert subject(e) == "icebatch triage: FAILED (OutOfMemoryError) at inference"
