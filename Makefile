@@ -17,12 +17,15 @@ UV := $(ICEBATCH_CACHE)/uv-$(UV_VERSION)/bin/uv
 WHEELS := $(wildcard /opt/wheels)
 UV_INDEX := $(if $(WHEELS),--find-links $(WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu) --index-strategy unsafe-best-match
 PY := $(VENV)/bin/python
+SAM_VERSION := 1.170.0
+SAM_VENV := $(ICEBATCH_CACHE)/sam-$(SAM_VERSION)
+SAM := env SAM_CLI_TELEMETRY=0 PATH=$(dir $(UV)):$$PATH $(SAM_VENV)/bin/sam
 PYTEST_ARGS ?=
 SRC := $(wildcard functions jobimage tests bench)
 
 export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 
-.PHONY: help env demo test test-fast lint format bench lock clean
+.PHONY: help env demo test test-fast test-engine lint sam-check format bench lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
@@ -47,6 +50,9 @@ env: $(VENV)/.synced
 		$(UV) pip install -q -p $(PY) --no-deps -e . && echo "$(CURDIR)" > $(VENV)/.project; fi
 	@ln -sfn $(VENV) .venv
 
+demo: env
+	$(PY) -m icebatch.cli demo
+
 lint: env
 	$(PY) -m ruff check $(SRC)
 	$(PY) -m ruff format --check $(SRC)
@@ -57,13 +63,31 @@ format: env
 	$(PY) -m ruff format $(SRC)
 	$(PY) -m ruff check --fix $(SRC)
 
-test: lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+# SAM CLI lives in its own virtualenv: it pins boto3 and pydantic.
+$(SAM_VENV)/.installed: | $(UV)
+	$(UV) venv -q --allow-existing -p $(PYTHON) $(SAM_VENV)
+	$(UV) pip install -q -p $(SAM_VENV)/bin/python "aws-sam-cli==$(SAM_VERSION)" "cfn-lint==1.58.0"
+	touch $@
+
+sam-check: $(SAM_VENV)/.installed
+	$(SAM) validate --lint --region us-east-1
+	$(SAM_VENV)/bin/cfn-lint template.yaml
+	$(SAM) build LauncherFunction --build-dir $(ICEBATCH_CACHE)/sam-build --region us-east-1 >/dev/null
+	@du -sh $(ICEBATCH_CACHE)/sam-build/LauncherFunction | sed 's/^/launcher bundle (unzipped): /'
+
+# The engine tier (real vLLM on CPU) runs in its own process: a native crash there cannot take the others down.
+test: lint sam-check
+	$(PY) -m pytest -m "not engine and not e2e" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
 
 test-fast: env
-	$(PY) -m pytest -m "unit or functional" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not engine and not e2e" $(PYTEST_ARGS)
+
+test-engine: env
+	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
 
 bench: env
+	$(PY) -m bench.launcher_weight
 	$(PY) -m bench.pipeline_vs_bare --rows 1000
 
 lock: | $(UV)

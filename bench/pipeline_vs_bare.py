@@ -40,9 +40,7 @@ def bare(model: str, token_ids: list[list[int]], task, settings) -> dict:  # typ
     t0 = time.perf_counter()
     llm = LLM(model=model, **kwargs)
     start = time.perf_counter() - t0
-    params = SamplingParams(
-        **task.sampling, structured_outputs=StructuredOutputsParams(json=task.output_schema_json)
-    )
+    params = SamplingParams(**task.sampling, structured_outputs=StructuredOutputsParams(json=task.output_schema_json))
     t1 = time.perf_counter()
     outs = llm.generate([TokensPrompt(prompt_token_ids=t) for t in token_ids], params, use_tqdm=False)
     gen = time.perf_counter() - t1
@@ -71,9 +69,7 @@ def pipeline(settings, rows: int) -> dict:  # type: ignore[no-untyped-def]
     ds, _ = read_dataset(
         open_catalog(settings).load_table(settings.source_table), plan, (task.id_column, *task.input_columns)
     )
-    built = build_pipeline(
-        ds, task, settings, run_id=plan.run_id, model=str(settings.model_source), device="cpu"
-    )
+    built = build_pipeline(ds, task, settings, run_id=plan.run_id, model=str(settings.model_source), device="cpu")
     arrivals: list[tuple[float, int]] = []
     for batch in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
         arrivals.append((time.perf_counter(), int(batch.column("num_generated_tokens").to_numpy().sum())))
@@ -91,9 +87,7 @@ def pipeline(settings, rows: int) -> dict:  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--snapshots", type=int, default=5)
     args = parser.parse_args()
@@ -118,9 +112,7 @@ def main() -> None:
     plan = open_ledger(settings).plan()
     assert plan is not None
     rows = [
-        r
-        for b in iter_batches(open_catalog(settings).load_table(settings.source_table), plan)
-        for r in b.to_pylist()
+        r for b in iter_batches(open_catalog(settings).load_table(settings.source_table), plan) for r in b.to_pylist()
     ]
     token_ids = prompts_for(task, str(settings.model_source), rows, settings.max_model_len)
 

@@ -93,9 +93,7 @@ def load_publisher(settings: Settings, *, client: Any = None) -> EventPublisher:
     if client is None:
         import boto3
 
-        client = boto3.client(
-            "events", region_name=settings.aws_region, endpoint_url=settings.aws_endpoint_url
-        )
+        client = boto3.client("events", region_name=settings.aws_region, endpoint_url=settings.aws_endpoint_url)
     return EventBridgePublisher(client, settings.event_bus)
 
 

@@ -66,9 +66,7 @@ def load_table(catalog: Catalog, identifier: str, *, what: str, fix: str) -> Tab
     try:
         return catalog.load_table(identifier)
     except (NoSuchTableError, NoSuchNamespaceError) as e:
-        raise TableNotFoundError(
-            f"{what} {identifier!r} does not exist in catalog {catalog.name!r}: {fix}"
-        ) from e
+        raise TableNotFoundError(f"{what} {identifier!r} does not exist in catalog {catalog.name!r}: {fix}") from e
     except Exception as e:
         raise _translate(e, catalog) from e
 

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from icebatch.errors import IcebatchError, PermanentError, TransientError
@@ -157,9 +158,134 @@ def cmd_model_tiny(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _apply_cli_settings(settings: Settings, dry_run: bool) -> None:
+    """Handlers build their settings from the environment: hand them this process's view."""
+    from icebatch.handlers import use_settings
+
+    use_settings(settings.with_overrides(dry_run=True) if dry_run else settings)
+
+
+def _print_decision(response: dict[str, Any], *, as_json: bool, show_manifest: bool) -> int:
+    import yaml
+
+    decision = response.get("decision") or {}
+    if decision.get("decision") in {"rejected", "error"} and not as_json:
+        print(f"icebatch: error: {decision.get('reason')}", file=sys.stderr)
+        return 2
+    if as_json:
+        _print_json(response)
+    else:
+        keys = ("trigger", "origin", "table", "consumer", "watermark_snapshot_id", "current_snapshot_id",
+                "backlog_rows", "oldest_unprocessed_age_seconds", "threshold", "active_job", "decision", "reason",
+                "job_name", "gpus", "submission")  # fmt: skip
+        for k in keys:
+            if k in decision:
+                print(f"{k:<30}: {decision[k]}")
+        if show_manifest and response.get("manifest"):
+            print("--- RayJob manifest (kubectl apply -f - would create it) ---")
+            print(yaml.safe_dump(response["manifest"], sort_keys=False), end="")
+    return 2 if decision.get("decision") in {"rejected", "error"} else 0
+
+
+def cmd_launch(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.invoke import invoke
+
+    _apply_cli_settings(settings, args.dry_run)
+    event = {"action": "launch", "force": args.force, "dry_run": args.dry_run, "as_trigger": args.trigger}
+    return _print_decision(
+        invoke("launcher", event, logs_to_stderr=True), as_json=args.json, show_manifest=args.dry_run
+    )
+
+
+def cmd_invoke(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.invoke import invoke, load_event
+
+    event = load_event(Path(args.event))
+    if args.function == "launcher":
+        _apply_cli_settings(settings, args.dry_run)
+        return _print_decision(
+            invoke("launcher", event, logs_to_stderr=True), as_json=args.json, show_manifest=args.dry_run
+        )
+    import contextlib
+
+    use_settings_for_handlers(settings)
+    # with --json, stdout carries only the handler's response (what `sam local invoke` prints)
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        response = invoke(args.function, event, logs_to_stderr=True)
+    if args.json:
+        _print_json(response)
+    if response.get("status") in {"rejected", "error"}:
+        if not args.json:
+            print(f"icebatch: error: {response.get('reason')}", file=sys.stderr)
+        return 2
+    if not args.json:
+        print(f"{args.function}: {response.get('status')} ({response.get('subject', '')})")
+    return 0
+
+
+def use_settings_for_handlers(settings: Settings) -> None:
+    from icebatch.handlers import use_settings
+
+    use_settings(settings)
+
+
+def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch_job.history import completed_from_ledger
+
+    from icebatch.report import completed_text
+
+    event = completed_from_ledger(settings, args.run_id)
+    if args.json:
+        _print_json(event.model_dump(mode="json"))
+    else:
+        print(completed_text(event))
+    return 0
+
+
+def cmd_contracts(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch import contracts
+
+    if args.action == "write":
+        changed = contracts.write()
+        print("\n".join(f"wrote eventbridge/{c}" for c in changed) or "eventbridge/ is up to date")
+        return 0
+    stale = contracts.check()
+    if stale:
+        print("out of date (run `icebatch contracts write`): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    print("eventbridge/ matches the code")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch_job.demo import run_demo
+
+    return run_demo(settings, tickets=args.tickets, batches=args.batches)
+
+
+def config_markdown() -> str:
+    """The README's configuration table (a test keeps the README equal to this)."""
+    names = Settings.env_names()
+    defaults = Settings.model_construct().model_dump()
+    rows = ["| variable | default | what |", "| --- | --- | --- |"]
+    for field, var in names.items():
+        info = Settings.model_fields[field]
+        default = defaults[field]
+        shown = (
+            ""
+            if default is None or default == {}
+            else f"`{json.dumps(default) if isinstance(default, (list, dict)) else default}`"
+        )
+        rows.append(f"| `{var}` | {shown} | {(info.description or '').replace('|', '/')} |")
+    return "\n".join(rows)
+
+
 def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     names = Settings.env_names()
     values = settings.model_dump(by_alias=False)
+    if args.markdown:
+        print(config_markdown())
+        return 0
     if args.json:
         _print_json({names[k]: v for k, v in values.items()})
         return 0
@@ -259,8 +385,74 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--force", action="store_true", help="rebuild even if it exists")
     q.set_defaults(handler=cmd_model_tiny)
 
+    p = sub.add_parser(
+        "launch",
+        help="ask the launcher to decide (and launch) now",
+        description="Build a manual event and call the launcher handler with it, exactly as Lambda would. "
+        "Prints the decision record: trigger, table, watermark and current snapshot, backlog, threshold, "
+        "active job, decision and reason. With --dry-run nothing is submitted and the RayJob manifest that "
+        "would be created is printed (whatever the backend), so it can be reviewed before deploying.",
+        epilog="examples:\n  icebatch launch --dry-run            # what would happen now, and the manifest\n"
+        "  icebatch launch --trigger schedule    # behave like the nightly schedule (drain everything)\n"
+        "  icebatch launch --force               # launch even below the threshold\n"
+        "After ICEBATCH_MAX_ATTEMPTS failed jobs from the same watermark, launches stop until an operator has\n"
+        "looked: fix the cause, then `icebatch ledger reset` or delete the failed jobs' records/RayJobs.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--trigger",
+        choices=["schedule", "append", "manual"],
+        default="manual",
+        help="evaluate as this trigger (default manual: threshold rules unless --force)",
+    )
+    p.add_argument("--force", action="store_true", help="launch even below the threshold (backlog must be > 0)")
+    p.add_argument("--dry-run", action="store_true", help="decide and print the manifest; submit nothing")
+    p.add_argument("--json", action="store_true", help="one JSON object: decision record and manifest")
+    p.set_defaults(handler=cmd_launch)
+
+    p = sub.add_parser(
+        "invoke",
+        help="feed an event file to a Lambda handler (like `sam local invoke -e FILE`, no Docker)",
+        description="Call a handler with the JSON event in FILE and a local Lambda context. The event files "
+        "in sam/events/ are the ones `sam local invoke` uses. An event for another table is a decision "
+        "('ignored', exit 0); a malformed event is a one-line error (exit 2).",
+    )
+    p.add_argument("function", choices=["launcher", "reporter"])
+    p.add_argument("--event", "-e", required=True, metavar="FILE", help="JSON event file")
+    p.add_argument("--dry-run", action="store_true", help="launcher: never submit")
+    p.add_argument("--json", action="store_true", help="print the handler's full response")
+    p.set_defaults(handler=cmd_invoke)
+
+    p = sub.add_parser(
+        "report",
+        help="a run's cost report, rebuilt from the ledger (default: the latest run)",
+        description="Print the INCREMENTAL STATE / BATCH SUMMARY / TOKENOMICS report of a committed run from "
+        "the ledger: its snapshot summary (totals, tokens, engine and job time) and its result rows (label "
+        "breakdown). No event or report file is needed.",
+    )
+    p.add_argument("run_id", nargs="?", help="run id (see `icebatch ledger runs`); default: the latest")
+    p.add_argument("--json", action="store_true", help="the report as the 'Batch Job Completed' detail (JSON)")
+    p.set_defaults(handler=cmd_report)
+
+    p = sub.add_parser("contracts", help="write or check eventbridge/ (schemas, patterns, schedules) from the code")
+    p.add_argument("action", choices=["write", "check"])
+    p.set_defaults(handler=cmd_contracts)
+
+    p = sub.add_parser(
+        "demo",
+        help="the whole flow on this machine: tickets -> launcher -> job -> report (what `make demo` runs)",
+        description="Build the tiny model, append generated tickets, invoke the launcher handler with "
+        "sam/events/schedule.json (the local backend runs the job here, on CPU), let the completion event "
+        "reach the reporter (the report is printed and filed under $ICEBATCH_HOME/reports), then invoke "
+        "the launcher again to show that nothing new means no job.",
+    )
+    p.add_argument("--tickets", type=int, default=300)
+    p.add_argument("--batches", type=int, default=5)
+    p.set_defaults(handler=cmd_demo)
+
     p = sub.add_parser("config", help="list every setting, its environment variable and current value")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="the README's table of settings and defaults")
     p.set_defaults(handler=cmd_config)
 
     return parser
@@ -272,9 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         logging.basicConfig(
-            level=logging.DEBUG
-            if args.verbose
-            else getattr(logging, settings.log_level.upper(), logging.INFO),
+            level=logging.DEBUG if args.verbose else getattr(logging, settings.log_level.upper(), logging.INFO),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )

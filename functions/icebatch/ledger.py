@@ -380,11 +380,7 @@ def compute_backlog(
                 oldest = snap.timestamp_ms
         elif op == Operation.OVERWRITE:
             skipped.append(SkippedSnapshot(snap.snapshot_id, op.value, _added_rows(snap, io)))
-    current = (
-        pending[-1].snapshot_id
-        if pending
-        else (upto if upto is not None else source_meta.current_snapshot_id)
-    )
+    current = pending[-1].snapshot_id if pending else (upto if upto is not None else source_meta.current_snapshot_id)
     return Backlog(
         scan_from_exclusive=pending[0].parent_snapshot_id if pending else watermark,
         source_table=source_table,
@@ -447,9 +443,9 @@ class ResultsLedger:
         results = self.results()
         return read_watermark(results.metadata if results else None, self.source_table)
 
-    def backlog(self, *, upto: int | None = None) -> Backlog:
+    def backlog(self, *, upto: int | None = None, source: Table | None = None) -> Backlog:
         """How much is new, from the source table's metadata (no data file is opened)."""
-        source = self.source()
+        source = source or self.source()
         wm = self.watermark()
         return compute_backlog(
             source.metadata,
@@ -524,9 +520,7 @@ class ResultsLedger:
         self.catalog.create_namespace_if_not_exists(namespace)
         props = {**NO_RETRIES, CONSUMER: self.consumer, SOURCE_TABLE: self.source_table}
         table = self.catalog.create_table_if_not_exists(self.results_table, schema, properties=props)
-        missing = [
-            f.name for f in schema.fields if table.schema().find_field(f.name, case_sensitive=False) is None
-        ]
+        missing = [f.name for f in schema.fields if table.schema().find_field(f.name, case_sensitive=False) is None]
         if missing:
             log.info("adding columns %s to %s", missing, self.results_table)
             with table.update_schema() as update:
@@ -558,9 +552,7 @@ class ResultsLedger:
         props = {
             WATERMARK: str(plan.to_snapshot_inclusive),
             SEQUENCE: "none" if plan.to_sequence_number is None else str(plan.to_sequence_number),
-            FROM_SNAPSHOT: "none"
-            if plan.from_snapshot_exclusive is None
-            else str(plan.from_snapshot_exclusive),
+            FROM_SNAPSHOT: "none" if plan.from_snapshot_exclusive is None else str(plan.from_snapshot_exclusive),
             SOURCE_TABLE: plan.source_table,
             CONSUMER: plan.consumer,
             RUN_ID: plan.run_id,

@@ -81,6 +81,12 @@ class Settings(BaseModel):
         description="Append events also launch when the oldest waiting row landed longer ago than this "
         "(0 disables the rule).",
     )
+    max_attempts: int = Field(
+        default=3,
+        ge=1,
+        description="Failed jobs from the same watermark before launches stop for an operator.",
+    )
+    dry_run: bool = Field(default=False, description="Decide and build manifests, never submit (shadow mode).")
     backend: Literal["local", "kuberay"] = Field(
         default="local", description="Where jobs run: `local` (this machine) or `kuberay` (RayJob on EKS)."
     )
@@ -155,16 +161,10 @@ class Settings(BaseModel):
     )
     accelerator_type: str | None = Field(default=None, description="Ray accelerator type, e.g. `L4`.")
     dtype: str = Field(default="auto", description="vLLM dtype.")
-    max_model_len: int = Field(
-        default=2048, ge=128, description="Context length; longer inputs are truncated."
-    )
+    max_model_len: int = Field(default=2048, ge=128, description="Context length; longer inputs are truncated.")
     gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1, description="vLLM (GPU only).")
-    kv_cache_gib: float = Field(
-        default=1.0, gt=0, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."
-    )
-    enable_prefix_caching: bool = Field(
-        default=True, description="vLLM prefix caching (shared system prompt)."
-    )
+    kv_cache_gib: float = Field(default=1.0, gt=0, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE).")
+    enable_prefix_caching: bool = Field(default=True, description="vLLM prefix caching (shared system prompt).")
     enable_chunked_prefill: bool = Field(default=True, description="vLLM chunked prefill.")
     max_num_batched_tokens: int | None = Field(default=None, description="vLLM max_num_batched_tokens.")
     max_num_seqs: int | None = Field(default=None, description="vLLM max_num_seqs (default: vLLM's).")
@@ -231,9 +231,7 @@ class Settings(BaseModel):
                 "backend=kuberay needs ICEBATCH_EKS_CLUSTER (or ICEBATCH_K8S_API_SERVER for a non-EKS API)"
             )
         if self.engine_mode == "endpoint" and not self.endpoint_url:
-            raise ValueError(
-                "engine_mode=endpoint needs ICEBATCH_ENDPOINT_URL (an OpenAI-compatible base URL)"
-            )
+            raise ValueError("engine_mode=endpoint needs ICEBATCH_ENDPOINT_URL (an OpenAI-compatible base URL)")
         return self
 
     # --- derived ----------------------------------------------------------------------------------
@@ -259,8 +257,8 @@ class Settings(BaseModel):
     def catalog_props(self, *, control_plane: bool = False) -> dict[str, str]:
         """pyiceberg catalog properties.
 
-        ``control_plane=True`` selects the fsspec FileIO so that reading metadata never imports pyarrow
-        (the Lambda bundle does not carry it).
+        ``control_plane=True`` selects icebatch's small metadata FileIO (boto3 for s3://, the OS for
+        file://) so that reading metadata never imports pyarrow or s3fs (the Lambda bundle has neither).
         """
         props: dict[str, str] = {"type": self.catalog_type}
         if self.catalog_type == "sql":
@@ -277,7 +275,7 @@ class Settings(BaseModel):
                 props.setdefault("glue.endpoint", self.aws_endpoint_url)
                 props.setdefault("s3.endpoint", self.aws_endpoint_url)
         if control_plane:
-            props["py-io-impl"] = "pyiceberg.io.fsspec.FsspecFileIO"
+            props["py-io-impl"] = "icebatch.metadata_io.MetadataFileIO"
         props.update(self.catalog_properties)
         return props
 

@@ -69,9 +69,7 @@ class EndpointStage:
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         n = len(batch[self.task.id_column])
-        rows = [
-            {c: _py(batch[c][i]) for c in (self.task.id_column, *self.task.input_columns)} for i in range(n)
-        ]
+        rows = [{c: _py(batch[c][i]) for c in (self.task.id_column, *self.task.input_columns)} for i in range(n)]
         results = asyncio.run(self._all(rows))
         out: dict[str, list[Any]] = {
             ID: [str(r[self.task.id_column]) for r in rows],
@@ -107,9 +105,7 @@ class EndpointStage:
             async with gate:
                 t = time.perf_counter()
                 try:
-                    async with session.post(
-                        self.url, data=body, headers={"Content-Type": "application/json"}
-                    ) as r:
+                    async with session.post(self.url, data=body, headers={"Content-Type": "application/json"}) as r:
                         payload = await r.text()
                         elapsed = time.perf_counter() - t
                         if r.status in RETRYABLE_STATUS:

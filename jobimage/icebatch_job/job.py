@@ -170,18 +170,13 @@ def run_job(
         from icebatch_job.runtime import detect_device, init_ray, prepare_environment
         from icebatch_job.source import read_dataset
 
-        model = (
-            resolve_model(settings)
-            if settings.engine_mode == "engine"
-            else (settings.endpoint_model or "endpoint")
-        )
+        model = resolve_model(settings) if settings.engine_mode == "engine" else (settings.endpoint_model or "endpoint")
         env = prepare_environment(settings, device=settings.device if settings.device != "auto" else "cpu")
         init_ray(settings, env)
         device = detect_device(settings)
         progress = Progress(plan.expected_rows)
         progress.note(
-            f"run {plan.run_id}: {plan.expected_rows:,} rows, "
-            f"model {model} ({settings.engine_mode}, {device})"
+            f"run {plan.run_id}: {plan.expected_rows:,} rows, model {model} ({settings.engine_mode}, {device})"
         )
 
         source, exact_rows = read_dataset(ledger.source(), plan, (task.id_column, *task.input_columns))
@@ -217,6 +212,13 @@ def run_job(
                 "task": f"{task.name}@v{task.version}",
                 "model": built.model_name,
                 "device": device,
+                "gpus": str(gpus),
+                "gpu-hourly-rate": f"{settings.gpu_hourly_rate:g}",
+                "job-seconds": f"{time.monotonic() - t0:.3f}",
+                "first-result-seconds": f"{first_result_seconds:.3f}",
+                "rows-truncated": str(stats.truncated),
+                "started-at": started.isoformat(),
+                "rayjob-name": request.rayjob_name or "",
             },
             max_inference_error_rate=settings.max_inference_error_rate,
         )
@@ -227,9 +229,7 @@ def run_job(
             consumer=plan.consumer,
             source_table=plan.source_table,
             results_table=plan.results_table,
-            range=SnapshotRange(
-                from_exclusive=plan.from_snapshot_exclusive, to_inclusive=plan.to_snapshot_inclusive
-            ),
+            range=SnapshotRange(from_exclusive=plan.from_snapshot_exclusive, to_inclusive=plan.to_snapshot_inclusive),
             rows=stats.rows,
             rows_ok=stats.ok,
             rows_error=stats.errors,
@@ -290,9 +290,7 @@ def _cost(
             gpus=gpus,
             hourly_rate=settings.gpu_hourly_rate,
             ttl_seconds=settings.job_ttl_seconds if settings.backend == "kuberay" else 0,
-            consolidate_seconds=settings.karpenter_consolidate_seconds
-            if settings.backend == "kuberay"
-            else 0,
+            consolidate_seconds=settings.karpenter_consolidate_seconds if settings.backend == "kuberay" else 0,
         )
     )
 
@@ -319,9 +317,7 @@ def _failed(
         run_id=plan.run_id if plan else request.run_id,
         consumer=settings.consumer,
         source_table=settings.source_table,
-        range=SnapshotRange(
-            from_exclusive=plan.from_snapshot_exclusive, to_inclusive=plan.to_snapshot_inclusive
-        )
+        range=SnapshotRange(from_exclusive=plan.from_snapshot_exclusive, to_inclusive=plan.to_snapshot_inclusive)
         if plan
         else None,
         reason=reason[:2000],
@@ -344,6 +340,4 @@ def _publish(publisher: EventPublisher, event: BatchJobCompleted | BatchJobFaile
         event_id = publisher.publish(event)
         log.info("emitted %r (%s)", event.detail_type, event_id)
     except Exception as e:  # the ledger already holds the truth; a lost event is found by reconciliation
-        log.error(
-            "could not emit %r: %r (the nightly reconciliation will report this run)", event.detail_type, e
-        )
+        log.error("could not emit %r: %r (the nightly reconciliation will report this run)", event.detail_type, e)

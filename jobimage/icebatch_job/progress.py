@@ -8,9 +8,7 @@ from typing import TextIO
 
 
 class Progress:
-    def __init__(
-        self, total: int, *, label: str = "rows", stream: TextIO | None = None, every: float = 10.0
-    ) -> None:
+    def __init__(self, total: int, *, label: str = "rows", stream: TextIO | None = None, every: float = 10.0) -> None:
         self.total = max(total, 0)
         self.label = label
         self.stream = stream or sys.stderr

@@ -40,9 +40,7 @@ class PromptBuilder:
             )
 
     def _ids(self, row: dict[str, Any]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(
-            self.task.messages(row), tokenize=False, add_generation_prompt=True
-        )
+        text = self.tokenizer.apply_chat_template(self.task.messages(row), tokenize=False, add_generation_prompt=True)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def build(self, row: dict[str, Any]) -> Prompt:

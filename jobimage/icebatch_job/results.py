@@ -68,9 +68,7 @@ def results_schema(task: TaskSpec) -> Schema:
         NestedField(3, "status", StringType(), required=True, doc="ok | invalid_output | inference_error"),
         NestedField(4, "error", StringType(), required=False, doc="Why the row is not ok"),
         NestedField(5, "raw_output", StringType(), required=False, doc="The model's text, as generated"),
-        NestedField(
-            6, "input_truncated", BooleanType(), required=True, doc="Input shortened to fit the context"
-        ),
+        NestedField(6, "input_truncated", BooleanType(), required=True, doc="Input shortened to fit the context"),
         NestedField(7, "num_input_tokens", IntegerType(), required=False),
         NestedField(8, "num_generated_tokens", IntegerType(), required=False),
         NestedField(9, "llm_seconds", DoubleType(), required=False, doc="Time in the engine for this row"),
@@ -81,9 +79,7 @@ def results_schema(task: TaskSpec) -> Schema:
     for i, (name, prop) in enumerate(task.output_fields.items()):
         if name in SYSTEM_COLUMNS:
             raise ValueError(f"output property {name!r} clashes with a results system column")
-        fields.append(
-            NestedField(100 + i, name, types[prop["type"]], required=False, doc=prop.get("description"))
-        )
+        fields.append(NestedField(100 + i, name, types[prop["type"]], required=False, doc=prop.get("description")))
     return Schema(*fields, identifier_field_ids=[1])
 
 

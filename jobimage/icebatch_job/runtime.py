@@ -20,9 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def is_remote_model(source: str) -> bool:
-    return source.startswith(("s3://", "gs://", "hf://")) or (
-        not source.startswith(("/", ".")) and "/" in source
-    )
+    return source.startswith(("s3://", "gs://", "hf://")) or (not source.startswith(("/", ".")) and "/" in source)
 
 
 def job_environment(settings: Settings, *, device: str) -> dict[str, str]:
@@ -95,6 +93,7 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, loopback-only cluster
         kwargs.update(
+            address="local",  # a new instance: never attach to some other cluster found in /tmp/ray
             _temp_dir=ray_temp_dir(settings),
             include_dashboard=False,
             # Logical CPUs, not cores: the engine's bundle takes one, and Ray Data's budget would leave

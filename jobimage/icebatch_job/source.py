@@ -34,9 +34,7 @@ def _scan(table: Table, plan: RunPlan, columns: tuple[str, ...] | None) -> Any:
     )
 
 
-def iter_batches(
-    table: Table, plan: RunPlan, columns: tuple[str, ...] | None = None
-) -> Iterator[pa.RecordBatch]:
+def iter_batches(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
     """The range's rows as Arrow batches, one file at a time."""
     reader = _scan(table, plan, columns).to_arrow_batch_reader()
     yield from reader

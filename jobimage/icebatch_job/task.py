@@ -76,9 +76,7 @@ class TaskSpec(BaseModel):
         if self.truncate_column and self.truncate_column not in self.input_columns:
             raise ValueError(f"truncate_column {self.truncate_column!r} is not in input_columns")
         if int(self.sampling.get("max_tokens", 0)) < 1:
-            raise ValueError(
-                "sampling.max_tokens must be set (it bounds the output tokens, and the cost, of a row)"
-            )
+            raise ValueError("sampling.max_tokens must be set (it bounds the output tokens, and the cost, of a row)")
         return self
 
     # --- derived -------------------------------------------------------------------------------

@@ -106,8 +106,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         _B,
         ("Upgrade did not apply", "Paid for Pro, still on Free"),
         (
-            "I upgraded to Pro {n} minutes ago and paid {amount}, but my workspace still shows the Free "
-            "limits.",
+            "I upgraded to Pro {n} minutes ago and paid {amount}, but my workspace still shows the Free limits.",
             "Payment went through but features are still locked.",
         ),
         (5, 3, 1, 0),
@@ -126,10 +125,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         _B,
         ("Card declined but bank says fine",),
-        (
-            "Every payment attempt fails with 'card declined' even though my bank approved it. Renewal is "
-            "due {date}.",
-        ),
+        ("Every payment attempt fails with 'card declined' even though my bank approved it. Renewal is due {date}.",),
         (2, 4, 2, 1),
         (3, 4, 3, 0, 0),
     ),
@@ -191,10 +187,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         _P,
         ("API latency spike", "p99 latency 10x higher"),
-        (
-            "Our p99 latency against your API went from 120 ms to {n} ms in {region}. This is hurting our "
-            "checkout.",
-        ),
+        ("Our p99 latency against your API went from 120 ms to {n} ms in {region}. This is hurting our checkout.",),
         (0, 1, 4, 5),
         (3, 1, 1, 2, 3),
     ),
@@ -403,9 +396,7 @@ def generate_tickets(
             elif kind == "huge":
                 lines = [body or ""]
                 while sum(len(x) + 1 for x in lines) < 20_000:
-                    lines.append(
-                        f"log line {len(lines)}: {rng.choice(_FILL['error'])} at worker-{rng.randint(1, 64)}"
-                    )
+                    lines.append(f"log line {len(lines)}: {rng.choice(_FILL['error'])} at worker-{rng.randint(1, 64)}")
                 body = "\n".join(lines)[:20_000]
             elif kind == "foreign":
                 body = rng.choice(_FOREIGN)

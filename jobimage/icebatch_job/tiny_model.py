@@ -95,9 +95,7 @@ def build_tiny_model(target: Path, *, force: bool = False, seed: int = 0) -> Pat
     model = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]
     model.save_pretrained(tmp, safe_serialization=True)
     model.generation_config.save_pretrained(tmp)
-    (tmp / MARKER).write_text(
-        json.dumps({"parameters": sum(p.numel() for p in model.parameters()), "seed": seed})
-    )
+    (tmp / MARKER).write_text(json.dumps({"parameters": sum(p.numel() for p in model.parameters()), "seed": seed}))
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     log.info("built the tiny model in %s", target)

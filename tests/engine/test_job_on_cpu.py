@@ -51,9 +51,7 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: S
         else:
             assert r["error"] and r["raw_output"] is not None
         assert r["num_input_tokens"] > 0 and r["run_id"] == result.plan.run_id
-    assert (
-        sum(r["status"] == "ok" for r in rows) >= 190
-    )  # structured output keeps the tiny model's answers valid
+    assert sum(r["status"] == "ok" for r in rows) >= 190  # structured output keeps the tiny model's answers valid
     # and the watermark moved in the same commit as the rows, with the totals
     ledger = open_ledger(s).results()
     snap = ledger.metadata.current_snapshot()
@@ -84,9 +82,7 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: S
     assert "new tickets           : 0" in done.stdout
 
 
-def test_unparseable_answers_are_kept_with_status_and_raw_text(
-    engine_settings: Settings, tmp_path: Path
-) -> None:
+def test_unparseable_answers_are_kept_with_status_and_raw_text(engine_settings: Settings, tmp_path: Path) -> None:
     # given new tickets and a task whose max_tokens cuts every answer short
     s = engine_settings
     generate(open_catalog(s).load_table(s.source_table), tickets=30, batches=1, seed=12)

@@ -119,9 +119,7 @@ def test_backlog_over_1000_snapshots_opens_no_data_file(settings: Settings, tmp_
     assert half is not None
     run_once(ledger, plan=half)
     # when the backlog is computed through a FileIO that records every file it opens
-    counting = settings.with_overrides(
-        catalog_properties={"py-io-impl": "tests.support.counting_io.CountingFileIO"}
-    )
+    counting = settings.with_overrides(catalog_properties={"py-io-impl": "tests.support.counting_io.CountingFileIO"})
     from tests.support.counting_io import CountingFileIO
 
     CountingFileIO.opened.clear()
@@ -449,8 +447,6 @@ def test_corrupt_watermark_property_names_the_fix(settings: Settings) -> None:
 def test_generator_cli_path_appends_one_snapshot_per_batch(settings: Settings) -> None:
     ledger = _ledger(settings)
     seen: list[int] = []
-    ids = generate(
-        ledger.source(), tickets=25, batches=4, seed=3, on_snapshot=lambda i, n, sid: seen.append(n)
-    )
+    ids = generate(ledger.source(), tickets=25, batches=4, seed=3, on_snapshot=lambda i, n, sid: seen.append(n))
     assert len(ids) == 4 and seen == [7, 6, 6, 6]
     assert ledger.backlog().rows == 25

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from icebatch.metadata_io import MetadataFileIO
 from pyiceberg.io import InputFile
-from pyiceberg.io.fsspec import FsspecFileIO
 
 
-class CountingFileIO(FsspecFileIO):
+class CountingFileIO(MetadataFileIO):
     opened: ClassVar[list[str]] = []
 
     def new_input(self, location: str) -> InputFile:

@@ -33,9 +33,7 @@ def fault_proxy(upstream: str, *, fail_first: int, status: int = 503) -> Iterato
             if inject:
                 self._reply(status, b'{"error": "injected"}')
                 return
-            req = urllib.request.Request(
-                upstream + self.path, data=body, headers={"Content-Type": "application/json"}
-            )
+            req = urllib.request.Request(upstream + self.path, data=body, headers={"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(req, timeout=300) as r:
                     self._reply(r.status, r.read())

@@ -45,9 +45,7 @@ def label(ticket: dict) -> dict:
     }
 
 
-def labelled(
-    plan: RunPlan, batches: Iterable[pa.RecordBatch], task: TaskSpec = TASK
-) -> Iterator[pa.RecordBatch]:
+def labelled(plan: RunPlan, batches: Iterable[pa.RecordBatch], task: TaskSpec = TASK) -> Iterator[pa.RecordBatch]:
     schema = results_arrow_schema(task)
     now = datetime.now(UTC)
     for batch in batches:
@@ -86,11 +84,7 @@ def run_once(
 
 def ledger_ids(ledger: ResultsLedger) -> list[str]:
     table = ledger.results()
-    return (
-        []
-        if table is None
-        else table.scan(selected_fields=("source_id",)).to_arrow()["source_id"].to_pylist()
-    )
+    return [] if table is None else table.scan(selected_fields=("source_id",)).to_arrow()["source_id"].to_pylist()
 
 
 def source_ids(ledger: ResultsLedger) -> list[str]:

@@ -57,9 +57,7 @@ def test_job_environment_keeps_caches_under_home(tmp_path) -> None:  # type: ign
     for key in ("XDG_CACHE_HOME", "HF_HOME", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TORCH_HOME"):
         assert env[key].startswith(str(tmp_path)), key
     assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert "HF_HUB_OFFLINE" not in job_environment(
-        Settings(model_source="meta-llama/Llama-3.1-8B"), device="gpu"
-    )
+    assert "HF_HUB_OFFLINE" not in job_environment(Settings(model_source="meta-llama/Llama-3.1-8B"), device="gpu")
 
 
 @pytest.mark.parametrize(

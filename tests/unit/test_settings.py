@@ -42,7 +42,7 @@ def test_environment_values_are_typed_and_validated() -> None:
 
 
 def test_control_plane_catalog_never_needs_pyarrow() -> None:
-    assert Settings().catalog_props(control_plane=True)["py-io-impl"] == "pyiceberg.io.fsspec.FsspecFileIO"
+    assert Settings().catalog_props(control_plane=True)["py-io-impl"] == "icebatch.metadata_io.MetadataFileIO"
 
 
 @pytest.mark.parametrize(

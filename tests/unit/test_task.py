@@ -20,9 +20,7 @@ def test_default_task_is_ticket_triage() -> None:
 
 
 def test_prompt_renders_every_input_and_marks_empty_bodies() -> None:
-    msgs = TASK.messages(
-        {"subject": "Charged twice", "body": None, "customer_tier": "pro", "channel": "email"}
-    )
+    msgs = TASK.messages({"subject": "Charged twice", "body": None, "customer_tier": "pro", "channel": "email"})
     assert msgs[0]["role"] == "system" and "JSON" in msgs[0]["content"]
     assert "Subject: Charged twice" in msgs[1]["content"] and "(empty)" in msgs[1]["content"]
     # braces in the data are not template fields
@@ -58,9 +56,7 @@ def test_result_rows_keep_status_and_raw_text() -> None:
         raw_output='{"sentiment":"neutral","urgency":"low","category":"other","summary":"hi"}',
     )
     assert (ok["status"], ok["category"], ok["error"]) == (STATUS_OK, "other", None)
-    bad = result_row(
-        source_id="T-2", run_id="r", task=TASK, processed_at=None, model="m", raw_output='{"senti'
-    )
+    bad = result_row(source_id="T-2", run_id="r", task=TASK, processed_at=None, model="m", raw_output='{"senti')
     assert (bad["status"], bad["category"], bad["raw_output"]) == (STATUS_INVALID, None, '{"senti')
     err = result_row(
         source_id="T-3",

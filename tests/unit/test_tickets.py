@@ -38,9 +38,7 @@ def test_hard_cases_appear_at_a_few_percent() -> None:
     bodies = [r["body"] for r in rows]
     empty = sum(1 for b in bodies if not b)
     huge = sum(1 for b in bodies if b and len(b) >= 19_000)
-    injection = sum(
-        1 for b in bodies if (b and "Ignore all previous instructions" in b) or (b and "SYSTEM:" in b)
-    )
+    injection = sum(1 for b in bodies if (b and "Ignore all previous instructions" in b) or (b and "SYSTEM:" in b))
     non_ascii = sum(1 for b in bodies if b and any(ord(c) > 0x2000 for c in b))
     for count in (empty, huge, injection, non_ascii):
         assert 10 <= count <= 200, (empty, huge, injection, non_ascii)

@@ -1,0 +1,56 @@
+"""The local backend's `ray-jobs` mode: a local Ray head started on demand, the job submitted through
+Ray's job submission API, exactly as the launcher does it."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+from icebatch.backends.local import LocalBackend
+from icebatch.catalog import open_catalog
+from icebatch.handlers import use_settings
+from icebatch.invoke import invoke
+from icebatch.ledger import open_ledger
+from icebatch.settings import Settings
+from icebatch_job.runtime import ray_temp_dir
+from icebatch_job.tickets import ensure_source_table, generate
+
+pytestmark = [pytest.mark.engine]
+
+
+@pytest.fixture
+def ray_jobs_settings(engine_settings: Settings) -> Iterator[Settings]:
+    s = engine_settings.with_overrides(local_mode="ray-jobs", backlog_threshold=1)
+    use_settings(s)
+    yield s
+    use_settings(None)
+    # stop only the head this test started (its processes carry its temp dir on their command lines,
+    # through the short symlink or the real path under the test's home)
+    for signal in ("-TERM", "-KILL"):  # gcs_server may ignore SIGTERM
+        for marker in (ray_temp_dir(s), str(s.home_abs / "ray")):
+            subprocess.run(["pkill", signal, "-f", marker], check=False)
+        time.sleep(2)
+
+
+def test_ray_jobs_mode_starts_a_head_and_runs_the_job(ray_jobs_settings: Settings) -> None:
+    s = ray_jobs_settings
+    generate(ensure_source_table(open_catalog(s), s.source_table), tickets=24, batches=2, seed=31)
+    decision = invoke("launcher", {"trigger": "schedule"})["decision"]
+    assert decision["decision"] == "launch", decision["reason"]
+    assert decision["submission"].startswith("submitted to Ray at http://127.0.0.1:8265")
+    # a duplicate launch while it runs is told so
+    again = invoke("launcher", {"trigger": "schedule"})["decision"]
+    assert again["decision"] in {"already_launched", "skip"}
+    backend = LocalBackend(s)
+    deadline = time.monotonic() + 600
+    while True:
+        [job] = [j for j in backend.list_jobs(s.consumer) if j.name == decision["job_name"]]
+        if job.terminal or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert job.succeeded, job.failure_reason
+    assert open_ledger(s).backlog().rows == 0
+    rows = open_ledger(s).results().scan().to_arrow()
+    assert rows.num_rows == 24 and set(rows["run_id"].to_pylist()) == {decision["run_id"]}

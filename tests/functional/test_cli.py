@@ -1,0 +1,160 @@
+"""The command line as users type it (a subprocess each; stdout/stderr and exit codes checked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.functional
+EVENTS = Path(__file__).resolve().parents[2] / "sam" / "events"
+
+
+def icebatch(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
+    return subprocess.run(
+        [sys.executable, "-m", "icebatch.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**base, "ICEBATCH_HOME": str(home), **env},
+        timeout=180,
+    )
+
+
+def test_help_teaches(tmp_path: Path) -> None:
+    out = icebatch(tmp_path, "--help").stdout
+    for word in ("generate", "backlog", "launch", "invoke", "job", "report", "config", "Typical session"):
+        assert word in out
+    assert "sam local invoke" in icebatch(tmp_path, "invoke", "--help").stdout
+
+
+def test_generate_then_backlog_json(tmp_path: Path) -> None:
+    gen = icebatch(tmp_path, "generate", "--tickets", "25", "--batches", "3", "--seed", "5")
+    assert gen.returncode == 0, gen.stderr
+    assert gen.stdout.count("-> snapshot ") == 3
+    backlog = json.loads(icebatch(tmp_path, "backlog", "--json").stdout)
+    assert {"consumer", "watermark_snapshot_id", "current_snapshot_id", "backlog_rows",
+            "oldest_unprocessed_age_seconds"} <= set(backlog)  # fmt: skip
+    assert backlog["backlog_rows"] == 25 and backlog["watermark_snapshot_id"] is None
+
+
+def test_launch_dry_run_json_holds_decision_and_manifest(tmp_path: Path) -> None:
+    icebatch(tmp_path, "generate", "--tickets", "10")
+    done = icebatch(tmp_path, "launch", "--trigger", "schedule", "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)  # stdout is exactly one JSON object: logs went to stderr
+    assert data["decision"]["decision"] == "dry_run"
+    assert data["manifest"]["kind"] == "RayJob" and data["manifest"]["metadata"]["name"] == data["decision"]["job_name"]
+
+
+def test_launch_dry_run_prints_the_manifest_for_review(tmp_path: Path) -> None:
+    icebatch(tmp_path, "generate", "--tickets", "10")
+    out = icebatch(tmp_path, "launch", "--force", "--dry-run").stdout
+    assert "decision                      : dry_run" in out and "kind: RayJob" in out
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (EVENTS / "malformed").glob("*.json")))
+def test_invoke_with_a_malformed_event_is_one_line_and_non_zero(tmp_path: Path, name: str) -> None:
+    done = icebatch(tmp_path, "invoke", "launcher", "--event", str(EVENTS / "malformed" / name))
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.startswith("icebatch:")]
+    assert len(lines) == 1 and lines[0].startswith("icebatch: error: ")
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_invoke_missing_or_broken_event_files(tmp_path: Path) -> None:
+    missing = icebatch(tmp_path, "invoke", "launcher", "-e", str(tmp_path / "nope.json"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+    (tmp_path / "bad.json").write_text("{not json")
+    broken = icebatch(tmp_path, "invoke", "launcher", "-e", str(tmp_path / "bad.json"))
+    assert broken.returncode == 2 and "is not JSON" in broken.stderr
+
+
+def test_invoke_an_event_for_another_table_is_ignored_exit_zero(tmp_path: Path) -> None:
+    done = icebatch(tmp_path, "invoke", "launcher", "-e", str(EVENTS / "glue-other-table.json"))
+    assert done.returncode == 0, done.stderr
+    assert "decision                      : ignored" in done.stdout
+
+
+def test_bad_configuration_is_one_line(tmp_path: Path) -> None:
+    done = icebatch(tmp_path, "backlog", ICEBATCH_BACKLOG_THRESHOLD="many")
+    assert done.returncode == 2 and "ICEBATCH_BACKLOG_THRESHOLD" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_config_lists_every_variable(tmp_path: Path) -> None:
+    data = json.loads(icebatch(tmp_path, "config", "--json").stdout)
+    assert data["ICEBATCH_HOME"] == str(tmp_path) and "ICEBATCH_BACKLOG_THRESHOLD" in data
+
+
+def test_invoke_reporter_with_the_sam_event_is_idempotent(tmp_path: Path) -> None:
+    first = icebatch(tmp_path, "invoke", "reporter", "-e", str(EVENTS / "completed.json"), "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["status"] == "reported" and "TOKENOMICS" in first.stderr
+    second = icebatch(tmp_path, "invoke", "reporter", "-e", str(EVENTS / "completed.json"), "--json")
+    assert json.loads(second.stdout) == json.loads(first.stdout)
+    assert [p.name for p in (tmp_path / "reports").glob("*.txt")] == ["triage-20261129T020005-4f1c2a.completed.txt"]
+    human = icebatch(tmp_path, "invoke", "reporter", "-e", str(EVENTS / "failed.json"))
+    assert human.returncode == 0 and "BATCH JOB FAILED" in human.stdout and "reporter: reported" in human.stdout
+    bad = icebatch(tmp_path, "invoke", "reporter", "-e", str(EVENTS / "glue-table-change.json"))
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(
+        "icebatch: error: the reporter handles"
+    )
+
+
+def test_report_rebuilds_a_run_from_the_ledger(tmp_path: Path) -> None:
+    from icebatch.catalog import open_catalog
+    from icebatch.ledger import open_ledger
+    from icebatch.settings import Settings
+    from icebatch_job.tickets import ensure_source_table, generate
+
+    from tests.support.runs import run_once
+
+    settings = Settings(home=tmp_path)
+    generate(ensure_source_table(open_catalog(settings), settings.source_table), tickets=30, batches=2, seed=4)
+    run = run_once(open_ledger(settings))
+    assert run is not None
+    data = json.loads(icebatch(tmp_path, "report", "--json").stdout)
+    assert (data["run_id"], data["rows"], data["rows_ok"]) == (run.plan.run_id, 30, 30)
+    assert sum(data["labels"]["category"].values()) == 30
+    text = icebatch(tmp_path, "report", run.plan.run_id).stdout
+    assert "BATCH SUMMARY" in text and "TOKENOMICS" in text and "new tickets           : 30" in text
+    missing = icebatch(tmp_path, "report", "no-such-run")
+    assert missing.returncode == 2 and "icebatch ledger runs" in missing.stderr
+
+
+def test_ledger_runs_and_reset(tmp_path: Path) -> None:
+    from icebatch.ledger import open_ledger
+    from icebatch.settings import Settings
+
+    from tests.support.runs import run_once
+
+    icebatch(tmp_path, "generate", "--tickets", "10")
+    run = run_once(open_ledger(Settings(home=tmp_path)))
+    assert run is not None
+    runs = json.loads(icebatch(tmp_path, "ledger", "runs", "--json").stdout)
+    assert [r["run_id"] for r in runs] == [run.plan.run_id] and runs[0]["rows"] == 10
+    icebatch(tmp_path, "generate", "--tickets", "5")
+    current = json.loads(icebatch(tmp_path, "backlog", "--json").stdout)["current_snapshot_id"]
+    reset = icebatch(tmp_path, "ledger", "reset", "--to-snapshot", str(current), "--reason", "skip a bad batch")
+    assert reset.returncode == 0, reset.stderr
+    assert json.loads(icebatch(tmp_path, "backlog", "--json").stdout)["backlog_rows"] == 0
+    unknown = icebatch(tmp_path, "ledger", "reset", "--to-snapshot", "12345", "--reason", "x")
+    assert unknown.returncode == 2 and "not in support.tickets" in unknown.stderr
+
+
+def test_model_tiny_reuses_the_built_model(tmp_path: Path, tiny_model: Path) -> None:
+    import shutil
+
+    target = tmp_path / "models" / "tiny-llama"
+    shutil.copytree(tiny_model, target)
+    done = icebatch(tmp_path, "model", "tiny")
+    assert done.returncode == 0 and done.stdout.strip() == str(target)
+
+
+def test_contracts_check_passes_on_the_checked_in_files(tmp_path: Path) -> None:
+    done = icebatch(tmp_path, "contracts", "check")
+    assert done.returncode == 0 and "matches the code" in done.stdout

@@ -1,0 +1,361 @@
+"""The launcher handler against real local services.
+
+- the source table in a real catalog (SQL; Glue + S3 through moto server for the S3/Glue triggers),
+- the real kubernetes client talking HTTP to a RayJob API server (tests/support/k8s_api.py) that checks
+  each bearer token by calling its presigned URL against moto's STS,
+- the event files in sam/events/, as `sam local invoke` would pass them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from icebatch.backends.eks_auth import _CLUSTERS, cluster_info
+from icebatch.backends.kuberay import KubeRayBackend
+from icebatch.catalog import open_catalog
+from icebatch.handlers import use_settings
+from icebatch.invoke import invoke
+from icebatch.launcher import launch
+from icebatch.ledger import ResultsLedger, open_ledger
+from icebatch.settings import Settings
+from icebatch.triggers import parse_trigger
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+
+from tests.support.aws import REGION, client
+from tests.support.k8s_api import RayJobApi, sts_token_verifier
+
+pytestmark = pytest.mark.functional
+EVENTS = Path(__file__).resolve().parents[2] / "sam" / "events"
+CLUSTER = "icebatch-test"
+
+
+def event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())
+
+
+@pytest.fixture
+def k8s(aws_endpoint: str) -> Iterator[RayJobApi]:
+    api = RayJobApi(namespaces={"icebatch"}, verify_token=sts_token_verifier(CLUSTER), forbidden_namespaces={"locked"})
+    api.url = api.start()  # type: ignore[attr-defined]
+    yield api
+    api.stop()
+
+
+def kube(base: Settings, k8s: RayJobApi, aws_endpoint: str, **kw: Any) -> Settings:
+    values: dict[str, Any] = {
+        "backend": "kuberay",
+        "eks_cluster": CLUSTER,
+        "k8s_api_server": k8s.url,  # type: ignore[attr-defined]
+        "aws_endpoint_url": aws_endpoint,
+        "aws_region": REGION,
+        "backlog_threshold": 50,
+    }
+    return base.with_overrides(**{**values, **kw})
+
+
+@pytest.fixture
+def use() -> Iterator[Callable[[Settings], Settings]]:
+    """Point the launcher handler at these settings (it reads the environment once per container)."""
+
+    def apply(s: Settings) -> Settings:
+        use_settings(s)
+        return s
+
+    yield apply
+    use_settings(None)
+
+
+def tickets(s: Settings, n: int, seed: int = 0) -> int:
+    table = ensure_source_table(open_catalog(s), s.source_table)
+    return append_tickets(table, generate_tickets(n, random.Random(seed)))
+
+
+def decide(ev: dict[str, Any]) -> dict[str, Any]:
+    return invoke("launcher", ev)
+
+
+# --------------------------------------------------------------------------------------------------
+def test_schedule_creates_one_rayjob_and_a_repeat_is_already_launched(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+) -> None:
+    s = use(kube(settings, k8s, aws_endpoint))
+    current = tickets(s, 120)
+    first = decide(event("schedule.json"))["decision"]
+    assert first["decision"] == "launch", first["reason"]
+    assert (first["backlog_rows"], first["current_snapshot_id"], first["gpus"]) == (120, current, 1)
+    assert k8s.names() == [first["job_name"]]
+    created = k8s.objects[("icebatch", first["job_name"])]
+    assert created["metadata"]["annotations"]["icebatch.io/to-snapshot"] == str(current)
+    assert k8s.identities and k8s.identities[0].startswith("arn:aws:sts::")  # token verified against STS
+
+    again = decide(event("schedule.json"))["decision"]
+    assert again["decision"] == "already_launched" and first["job_name"] in again["reason"]
+    assert k8s.created() == 1
+
+
+def test_a_second_consumer_gets_its_own_job(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+) -> None:
+    s = use(kube(settings, k8s, aws_endpoint))
+    tickets(s, 60)
+    assert decide(event("schedule.json"))["decision"]["decision"] == "launch"
+    use(s.with_overrides(consumer="escalation"))
+    other = decide(event("schedule.json"))["decision"]
+    assert other["decision"] == "launch" and other["job_name"].startswith("ib-escalation-")
+    assert len(k8s.names()) == 2
+
+
+def test_forbidden_is_a_clear_message_naming_the_fix(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+) -> None:
+    s = use(kube(settings, k8s, aws_endpoint, k8s_namespace="locked"))
+    tickets(s, 60)
+    d = decide(event("schedule.json"))["decision"]
+    assert d["decision"] == "error" and d["error_type"] == "ClusterPermissionError"
+    assert "403" in d["reason"] and "access entry" in d["reason"] and "rbac.yaml" in d["reason"]
+
+
+def test_an_unknown_namespace_or_missing_crd_says_what_to_install(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+) -> None:
+    s = use(kube(settings, k8s, aws_endpoint, k8s_namespace="nowhere"))
+    tickets(s, 60)
+    d = decide(event("schedule.json"))["decision"]
+    assert d["decision"] == "error" and "KubeRay operator" in d["reason"]
+
+
+def test_fifty_concurrent_launches_make_exactly_one_job(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+    # given a backlog, and 50 launchers of which half see one more snapshot than the others
+    s = kube(settings, k8s, aws_endpoint)
+    tickets(s, 80)
+    before, after = threading.Barrier(25), threading.Barrier(50)
+    appended = threading.Event()
+
+    class Racing(ResultsLedger):
+        def __init__(self, early: bool) -> None:
+            base = open_ledger(s, control_plane=True)
+            super().__init__(base.catalog, base.source_table, base.results_table, base.consumer)
+            self.early = early
+
+        def backlog(self, **kw: Any) -> Any:
+            if not self.early:
+                appended.wait(30)
+            result = super().backlog(**kw)
+            if self.early:
+                before.wait(30)
+            after.wait(30)  # everyone has computed a backlog: now all submit at once
+            return result
+
+    decisions: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def one(early: bool) -> None:
+        outcome = launch(
+            parse_trigger(event("schedule.json")),
+            s,
+            ledger=Racing(early),
+            backend=KubeRayBackend.from_settings(s),
+        )  # its own client, like its own container
+        with lock:
+            decisions.append(outcome.decision.model_dump(mode="json"))
+
+    threads = [threading.Thread(target=one, args=(i < 25,)) for i in range(50)]
+    for t in threads[:25]:
+        t.start()
+    tickets(s, 10, seed=1)
+    appended.set()
+    for t in threads[25:]:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    # then exactly one RayJob exists; everyone else was told it is already launched
+    assert len(decisions) == 50
+    assert len({d["current_snapshot_id"] for d in decisions}) == 2  # the two views really differed
+    assert sorted(d["decision"] for d in decisions).count("launch") == 1
+    assert {d["decision"] for d in decisions} == {"launch", "already_launched"}
+    assert len(k8s.names()) == 1 and k8s.created() == 1
+
+
+def test_after_a_failed_job_the_next_trigger_launches_again_until_max_attempts(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+) -> None:
+    s = use(kube(settings, k8s, aws_endpoint, max_attempts=2))
+    tickets(s, 60)
+    first = decide(event("schedule.json"))["decision"]
+    k8s.set_status(first["job_name"], jobDeploymentStatus="Failed", jobStatus="FAILED", reason="AppFailed")
+    second = decide(event("schedule.json"))["decision"]
+    assert second["decision"] == "launch" and second["attempt"] == 2 and second["job_name"].endswith("-a2")
+    # a job that was stopped shows jobDeploymentStatus Complete: it still counts as failed
+    k8s.set_status(second["job_name"], jobDeploymentStatus="Complete", jobStatus="STOPPED")
+    third = decide(event("schedule.json"))["decision"]
+    assert third["decision"] == "skip" and "2 attempts from this watermark failed" in third["reason"]
+    assert len(k8s.names()) == 2
+
+
+# --------------------------------------------------------------------------------------------------
+# decision records
+# --------------------------------------------------------------------------------------------------
+def test_decision_record_empty_table(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
+    s = use(kube(settings, k8s, aws_endpoint))
+    ensure_source_table(open_catalog(s), s.source_table)
+    d = decide(event("schedule.json"))["decision"]
+    assert (d["decision"], d["backlog_rows"], d["current_snapshot_id"]) == ("skip", 0, None)
+    assert d["reason"] == "nothing new since the watermark"
+    assert set(d) >= {
+        "trigger",
+        "table",
+        "consumer",
+        "watermark_snapshot_id",
+        "threshold",
+        "active_job",
+        "reason",
+    }
+
+
+def test_decision_record_below_threshold(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
+    s = use(kube(settings, k8s, aws_endpoint))
+    tickets(s, 30)
+    d = decide(event("glue-table-change.json"))["decision"]
+    assert (d["decision"], d["trigger"], d["origin"]) == ("skip", "append", "glue")
+    assert d["reason"].startswith("backlog 30 < threshold 50") and k8s.names() == []
+
+
+def test_decision_record_stale_backlog_below_threshold(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any
+) -> None:
+    import time
+
+    s = use(kube(settings, k8s, aws_endpoint, max_staleness_seconds=1))
+    tickets(s, 30)
+    time.sleep(1.2)
+    d = decide(event("glue-table-change.json"))["decision"]
+    assert d["decision"] == "launch" and "max staleness 1 s" in d["reason"]
+
+
+def test_decision_record_active_job(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
+    s = use(kube(settings, k8s, aws_endpoint))
+    tickets(s, 60)
+    job = decide(event("schedule.json"))["decision"]["job_name"]
+    k8s.set_status(job, jobDeploymentStatus="Running", jobStatus="RUNNING")
+    tickets(s, 60, seed=2)
+    d = decide(event("glue-table-change.json"))["decision"]
+    assert (d["decision"], d["active_job"]) == ("already_launched", job)
+    # an active job from another range blocks too
+    k8s.objects[("icebatch", job)]["metadata"]["labels"]["icebatch.io/from"] = "older"
+    d = decide(event("glue-table-change.json"))["decision"]
+    assert d["decision"] == "skip" and f"job {job} is still active" in d["reason"]
+
+
+def test_decision_record_forced_manual_launch(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
+    s = use(kube(settings, k8s, aws_endpoint))
+    tickets(s, 5)
+    assert decide(event("manual.json"))["decision"]["decision"] == "skip"
+    d = decide(event("manual-force.json"))["decision"]
+    assert d["decision"] == "launch" and d["reason"] == "forced manual launch (5 rows)"
+
+
+def test_decision_record_dry_run(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
+    s = use(kube(settings, k8s, aws_endpoint, backlog_threshold=1))
+    tickets(s, 5)
+    response = decide(event("manual-dry-run.json"))
+    d = response["decision"]
+    assert d["decision"] == "dry_run" and d["reason"].startswith("would launch")
+    assert response["manifest"]["metadata"]["name"] == d["job_name"]
+    assert k8s.names() == [] and k8s.created() == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# malformed and irrelevant events
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(p.name for p in (EVENTS / "malformed").glob("*.json")))
+def test_malformed_events_are_rejected_without_raising(
+    name: str, settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any
+) -> None:
+    use(kube(settings, k8s, aws_endpoint))
+    response = invoke("launcher", json.loads((EVENTS / "malformed" / name).read_text()))
+    assert response["decision"]["decision"] == "rejected" and response["decision"]["reason"]
+    assert k8s.requests == []  # nothing was asked of the cluster
+
+
+def test_events_for_other_tables_are_ignored(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
+    s = use(kube(settings, k8s, aws_endpoint))
+    tickets(s, 100)
+    d = decide(event("glue-other-table.json"))["decision"]
+    assert d["decision"] == "ignored" and "support.invoices" in d["reason"]
+
+
+def test_s3_metadata_events_on_glue_through_moto(
+    glue_settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any
+) -> None:
+    # given the source table in Glue with its metadata in S3 (moto), and 60 rows waiting
+    s = use(kube(glue_settings, k8s, aws_endpoint))
+    tickets(s, 60)
+    location = open_catalog(s).load_table(s.source_table).metadata.location  # s3://bucket/warehouse/...
+    bucket, prefix = location.removeprefix("s3://").split("/", 1)
+    metadata_key = next(
+        o["Key"] for o in client("s3", aws_endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]
+        if o["Key"].endswith(".metadata.json")
+    )  # fmt: skip
+    ev = event("s3-metadata-object.json")
+    ev["detail"]["bucket"]["name"] = bucket
+    ev["detail"]["object"]["key"] = metadata_key
+    # when the table's metadata object event arrives, then the backlog is read from Glue + S3 and a job launches
+    d = decide(ev)["decision"]
+    assert (d["decision"], d["origin"], d["backlog_rows"]) == ("launch", "s3", 60)
+    # and data files or other prefixes are ignored
+    ev["detail"]["object"]["key"] = prefix + "/data/00000-0-x.parquet"
+    assert decide(ev)["decision"]["decision"] == "ignored"
+
+
+def test_eks_describe_cluster_over_moto_is_cached(aws_endpoint: str) -> None:
+    eks = client("eks", aws_endpoint)
+    eks.create_cluster(
+        name="cached", roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": []}
+    )
+    calls: list[str] = []
+    eks.meta.events.register("before-call.eks.DescribeCluster", lambda **kw: calls.append("describe"))
+    _CLUSTERS.pop("cached", None)
+    first = cluster_info(eks, "cached")
+    second = cluster_info(eks, "cached")
+    assert first == second and first.endpoint.startswith("https://") and first.ca_file
+    assert calls == ["describe"]
+
+
+def test_the_launcher_path_imports_no_pyarrow_ray_or_vllm(settings: Settings) -> None:
+    tickets(settings, 10)
+    code = (
+        "import sys, json; from icebatch.invoke import invoke; "
+        "r = invoke('launcher', json.load(open(sys.argv[1]))); "
+        "bad = [m for m in ('pyarrow', 'ray', 'vllm', 'torch') if m in sys.modules]; "
+        "assert not bad, bad; print(r['decision']['decision'])"
+    )
+    # the whole decision (catalog, ledger, gate, manifest), short of running a local job in-process
+    env = {"ICEBATCH_HOME": str(settings.home), "ICEBATCH_DRY_RUN": "true", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(EVENTS / "schedule.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "dry_run"
+
+
+def test_session_credentials_sign_the_token(aws_endpoint: str) -> None:
+    from icebatch.backends.eks_auth import decode_token, mint_token
+
+    session = boto3.session.Session(region_name=REGION, aws_access_key_id="AKIATEST", aws_secret_access_key="x")
+    url = decode_token(mint_token(session, CLUSTER, REGION))
+    assert url.startswith(f"https://sts.{REGION}.amazonaws.com/?Action=GetCallerIdentity")
+    assert "X-Amz-Expires=60" in url and "x-k8s-aws-id" in url and "AKIATEST" in url

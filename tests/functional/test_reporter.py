@@ -1,0 +1,247 @@
+"""Events out of the job, into EventBridge, through the reporter, out of SNS: all over HTTP (moto).
+
+Also the nightly reconciliation of jobs that died without an event, against the RayJob API server.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from icebatch.bus import EventBridgePublisher, load_publisher
+from icebatch.catalog import open_catalog
+from icebatch.events import BatchJobCompleted
+from icebatch.handlers import use_settings
+from icebatch.invoke import invoke
+from icebatch.rules import PATTERNS
+from icebatch.settings import Settings
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+
+from tests.support.aws import REGION, client
+from tests.support.k8s_api import RayJobApi, sts_token_verifier
+
+pytestmark = pytest.mark.functional
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "eventbridge" / "examples"
+
+
+def example(name: str, kind: str = "valid") -> dict[str, Any]:
+    return json.loads((EXAMPLES / kind / name).read_text())
+
+
+def queue(endpoint: str) -> tuple[str, str]:
+    sqs = client("sqs", endpoint)
+    url = sqs.create_queue(QueueName=f"q-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return url, arn
+
+
+def drain(endpoint: str, url: str, expect: int | None = None) -> list[dict[str, Any]]:
+    sqs = client("sqs", endpoint)
+    out: list[dict[str, Any]] = []
+    for _ in range(6):
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                  MessageAttributeNames=["All"]).get("Messages", [])  # fmt: skip
+        out += got
+        for m in got:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        if not got and (expect is None or len(out) >= expect):
+            break
+    return out
+
+
+@pytest.fixture
+def sns_to_sqs(aws_endpoint: str) -> tuple[str, str]:
+    sns = client("sns", aws_endpoint)
+    topic = sns.create_topic(Name=f"icebatch-reports-{uuid.uuid4().hex[:6]}")["TopicArn"]
+    url, arn = queue(aws_endpoint)
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn)
+    return topic, url
+
+
+@pytest.fixture
+def idempotency_table(aws_endpoint: str) -> str:
+    name = f"icebatch-idempotency-{uuid.uuid4().hex[:6]}"
+    client("dynamodb", aws_endpoint).create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
+@pytest.fixture
+def aws_settings(
+    settings: Settings, aws_endpoint: str, sns_to_sqs: tuple[str, str], idempotency_table: str
+) -> Iterator[Settings]:
+    s = settings.with_overrides(
+        sns_topic_arn=sns_to_sqs[0],
+        idempotency_table=idempotency_table,
+        aws_endpoint_url=aws_endpoint,
+        aws_region=REGION,
+    )
+    use_settings(s)
+    yield s
+    use_settings(None)
+
+
+# --------------------------------------------------------------------------------------------------
+def test_put_events_reaches_the_reporter_rule(aws_endpoint: str) -> None:
+    # given a bus with the reporter's rule, targeting a queue
+    events = client("events", aws_endpoint)
+    bus = f"icebatch-{uuid.uuid4().hex[:6]}"
+    events.create_event_bus(Name=bus)
+    url, arn = queue(aws_endpoint)
+    events.put_rule(Name="reporter", EventBusName=bus, EventPattern=json.dumps(PATTERNS["reporter"]))
+    events.put_targets(Rule="reporter", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
+    # when the job's publisher emits a completion event (and an unrelated event goes by)
+    detail = BatchJobCompleted.model_validate(example("batch-job-completed.json")["detail"])
+    publisher = EventBridgePublisher(events, bus)
+    event_id = publisher.publish(detail)
+    events.put_events(
+        Entries=[{"Source": "icebatch", "DetailType": "Launch Skipped", "Detail": "{}", "EventBusName": bus}]
+    )
+    # then exactly the completion event arrives, and it matches the checked-in schema
+    [message] = drain(aws_endpoint, url, expect=1)
+    delivered = json.loads(message["Body"])
+    assert delivered["id"] == event_id and delivered["detail-type"] == "Batch Job Completed"
+    schema = json.loads((ROOT / "eventbridge/schemas/batch-job-completed.v1.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(delivered["detail"])
+    assert BatchJobCompleted.model_validate(delivered["detail"]) == detail
+
+
+def test_reporter_publishes_text_and_json_with_attributes(
+    aws_settings: Settings, aws_endpoint: str, sns_to_sqs: tuple[str, str]
+) -> None:
+    result = invoke("reporter", example("batch-job-completed.json"))
+    assert result["status"] == "reported" and result["subject"] == "icebatch triage: 2,200 tickets, $0.1489 (13 not ok)"
+    [message] = drain(aws_endpoint, sns_to_sqs[1], expect=1)
+    notification = json.loads(message["Body"])
+    assert notification["Subject"] == result["subject"]
+    report = json.loads(notification["Message"])  # the "sqs" form: JSON for machines
+    assert report["run_id"] == "triage-20261129T020005-4f1c2a" and report["cost"]["usd_per_1k_rows"] > 0
+    attributes = notification["MessageAttributes"]
+    assert attributes["consumer"] == {"Type": "String", "Value": "triage"}
+    assert attributes["status"]["Value"] == "completed" and attributes["cost_usd"]["Type"] == "Number"
+    assert float(attributes["rows"]["Value"]) == 2200
+
+
+def test_the_same_event_delivered_twice_makes_one_report(
+    aws_settings: Settings, aws_endpoint: str, sns_to_sqs: tuple[str, str]
+) -> None:
+    event = example("batch-job-completed.json")
+    first = invoke("reporter", event)
+    second = invoke("reporter", event)
+    assert first == second  # the stored result of the first delivery
+    assert len(drain(aws_endpoint, sns_to_sqs[1])) == 1
+
+
+def test_a_failure_reported_by_the_job_and_by_reconciliation_makes_one_alert(
+    aws_settings: Settings, aws_endpoint: str, sns_to_sqs: tuple[str, str]
+) -> None:
+    by_job = example("batch-job-failed.json")
+    by_reconciler = json.loads(json.dumps(by_job))
+    by_reconciler["id"] = str(uuid.uuid4())
+    by_reconciler["detail"].update(origin="reconciler", stage="cluster")
+    assert invoke("reporter", by_job)["report_status"] == "failed"
+    invoke("reporter", by_reconciler)
+    [message] = drain(aws_endpoint, sns_to_sqs[1], expect=1)
+    assert "FAILED (OutOfMemoryError)" in json.loads(message["Body"])["Subject"]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (EXAMPLES / "invalid").glob("*.json")))
+def test_malformed_events_are_rejected_and_report_nothing(
+    name: str, aws_settings: Settings, aws_endpoint: str, sns_to_sqs: tuple[str, str]
+) -> None:
+    result = invoke("reporter", example(name, "invalid"))
+    assert result["status"] == "rejected" and result["reason"]
+    assert drain(aws_endpoint, sns_to_sqs[1]) == []
+
+
+def test_events_for_other_detail_types_are_rejected(aws_settings: Settings) -> None:
+    result = invoke("reporter", example("launch-skipped.json"))
+    assert result["status"] == "rejected" and "check the rule's event pattern" in result["reason"]
+    assert invoke("reporter", ["not", "an", "event"])["status"] == "rejected"
+
+
+# --------------------------------------------------------------------------------------------------
+# reconciliation
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture
+def k8s(aws_endpoint: str) -> Iterator[RayJobApi]:
+    api = RayJobApi(verify_token=sts_token_verifier("icebatch-test"))
+    api.url = api.start()  # type: ignore[attr-defined]
+    yield api
+    api.stop()
+
+
+def test_a_silently_failed_rayjob_is_reported_once_and_later_deleted(
+    settings: Settings, aws_endpoint: str, k8s: RayJobApi
+) -> None:
+    # given an EventBridge bus whose reporter rule feeds a queue, and a kuberay launcher
+    events = client("events", aws_endpoint)
+    bus = f"icebatch-{uuid.uuid4().hex[:6]}"
+    events.create_event_bus(Name=bus)
+    url, arn = queue(aws_endpoint)
+    events.put_rule(Name="reporter", EventBusName=bus, EventPattern=json.dumps(PATTERNS["reporter"]))
+    events.put_targets(Rule="reporter", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
+    s = settings.with_overrides(
+        backend="kuberay", eks_cluster="icebatch-test", k8s_api_server=k8s.url,  # type: ignore[attr-defined]
+        aws_endpoint_url=aws_endpoint, aws_region=REGION, event_bus=bus, finished_job_retention_seconds=3600,
+    )  # fmt: skip
+    use_settings(s)
+    try:
+        table = ensure_source_table(open_catalog(s), s.source_table)
+        append_tickets(table, generate_tickets(20, random.Random(1)))
+        launched = invoke("launcher", {"trigger": "schedule"})["decision"]
+        assert launched["decision"] == "launch"
+        drain(aws_endpoint, url)  # (the Submitted announcement is not for the reporter)
+        # when the job dies of its deadline without any event
+        ended = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        k8s.set_status(launched["job_name"], jobDeploymentStatus="Failed", reason="DeadlineExceeded",
+                       message="RayJob has passed the activeDeadlineSeconds", endTime=ended)  # fmt: skip
+        # then the next schedule reports it once (and launches attempt 2 for the still-pending range) ...
+        retry = invoke("launcher", {"trigger": "schedule"})["decision"]
+        assert retry["decision"] == "launch" and retry["attempt"] == 2
+        [failed] = drain(aws_endpoint, url, expect=1)
+        detail = json.loads(failed["Body"])["detail"]
+        assert (detail["origin"], detail["error_type"], detail["rayjob_name"]) == (
+            "reconciler",
+            "DeadlineExceeded",
+            launched["job_name"],
+        )
+        assert detail["run_id"] == launched["run_id"] and detail["retryable"] is True
+        obj = k8s.objects[("icebatch", launched["job_name"])]
+        assert obj["metadata"]["annotations"]["icebatch.io/reported"] == "true"
+        # ... not again on the one after
+        again = invoke("launcher", {"trigger": "schedule"})["decision"]
+        assert again["decision"] == "already_launched" and again["active_job"] == retry["job_name"]
+        assert [json.loads(m["Body"])["detail-type"] for m in drain(aws_endpoint, url)] == []
+        # and once past the retention period, the reported job is deleted
+        use_settings(s.with_overrides(finished_job_retention_seconds=60))
+        invoke("launcher", {"trigger": "schedule"})
+        assert launched["job_name"] not in k8s.names()
+    finally:
+        use_settings(None)
+
+
+def test_local_bus_routes_completion_to_the_reporter_and_writes_the_report(settings: Settings, capsys: Any) -> None:
+    bus = load_publisher(settings)
+    detail = BatchJobCompleted.model_validate(example("batch-job-completed.json")["detail"])
+    bus.publish(detail)
+    bus.publish(detail)  # delivered twice: one report
+    reports = sorted((settings.reports_dir).glob("*.txt"))
+    assert [p.name for p in reports] == ["triage-20261129T020005-4f1c2a.completed.txt"]
+    text = reports[0].read_text()
+    assert "Subject: icebatch triage: 2,200 tickets" in text and "TOKENOMICS" in text
+    assert capsys.readouterr().out.count("[report] icebatch triage") == 1
+    logged = [json.loads(line)["detail-type"] for line in (settings.home_abs / "events.jsonl").read_text().splitlines()]
+    assert logged == ["Batch Job Completed", "Batch Job Completed"]

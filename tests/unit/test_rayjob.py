@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import gzip
+import re
+
+import pytest
+from icebatch.rayjob import JobSpec, build_rayjob_manifest, gpus_for, job_env, job_name, job_state
+from icebatch.settings import Settings
+
+from tests.support.crd import CRD_DIR, SHARED_DIR, VERSIONS, errors
+
+pytestmark = pytest.mark.unit
+S = Settings(
+    backend="kuberay",
+    eks_cluster="prod",
+    job_image="123.dkr.ecr.us-east-1.amazonaws.com/icebatch-job:1",
+    catalog_type="glue",
+    warehouse="s3://wh/warehouse",
+    model_source="s3://models/llama-3.1-8b/",
+)
+
+
+def spec(**kw) -> JobSpec:  # type: ignore[no-untyped-def]
+    base = dict(
+        name=job_name("triage", 123, 1),
+        run_id="triage-20261129T020000-abcdef",
+        consumer="triage",
+        source_table="support.tickets",
+        from_snapshot=123,
+        to_snapshot=456,
+        backlog_rows=5000,
+        gpus=2,
+        attempt=1,
+        trigger="schedule/scheduler",
+    )
+    return JobSpec(**{**base, **kw})
+
+
+def test_names_are_dns_safe_short_and_depend_only_on_consumer_watermark_attempt() -> None:
+    a, b = job_name("triage", 123, 1), job_name("triage", 123, 1)
+    assert a == b and a != job_name("triage", 124, 1) and a != job_name("triage", 123, 2)
+    longest = job_name("a" * 20, 2**63 - 1, 99)
+    assert len(longest) <= 47
+    for name in (a, longest, job_name("x-y", None, 1)):
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+
+
+@pytest.mark.parametrize(("rows", "gpus"), [(1, 1), (120_000, 1), (120_001, 2), (600_000, 4), (10**9, 4)])
+def test_gpus_scale_with_backlog_up_to_the_cap(rows: int, gpus: int) -> None:
+    assert gpus_for(rows, S) == gpus
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_manifest_validates_strictly_against_the_crd(version: str) -> None:
+    assert errors(build_rayjob_manifest(S, spec()), version) == []
+
+
+def test_strict_validation_catches_unknown_fields() -> None:
+    m = build_rayjob_manifest(S, spec())
+    m["spec"]["shutdownAfterJobsFinish"] = True
+    m["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replica"] = 2
+    problems = errors(m, "v1.7.0")
+    assert any("shutdownAfterJobsFinish" in p for p in problems) and any("'replica'" in p for p in problems)
+
+
+def test_manifest_shape() -> None:
+    m = build_rayjob_manifest(S, spec())
+    s = m["spec"]
+    assert (s["shutdownAfterJobFinishes"], s["ttlSecondsAfterFinished"], s["backoffLimit"]) == (True, 60, 1)
+    assert s["activeDeadlineSeconds"] == 4 * 3600
+    assert s["entrypoint"] == (
+        "icebatch job run --run-id triage-20261129T020000-abcdef --from-snapshot 123 --to-snapshot 456 "
+        "--rayjob-name " + job_name("triage", 123, 1)
+    )
+    head = s["rayClusterSpec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0"
+    assert "nvidia.com/gpu" not in str(head)
+    worker = s["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert worker["replicas"] == worker["minReplicas"] == worker["maxReplicas"] == 2
+    pod = worker["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "icebatch-gpu"}
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["serviceAccountName"] == "icebatch-job"
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == S.gpu_instance_types
+    assert m["metadata"]["labels"]["icebatch.io/consumer"] == "triage"
+
+
+def test_job_env_carries_the_job_settings_only() -> None:
+    env = {e["name"]: e["value"] for e in job_env(S, spec())}
+    assert env["ICEBATCH_CATALOG_TYPE"] == "glue" and env["ICEBATCH_MODEL_SOURCE"] == "s3://models/llama-3.1-8b/"
+    assert env["ICEBATCH_CONCURRENCY"] == "2" and env["ICEBATCH_BACKEND"] == "kuberay"
+    assert "ICEBATCH_EKS_CLUSTER" not in env and "ICEBATCH_BACKLOG_THRESHOLD" not in env
+    reparsed = Settings.from_env({**env, "ICEBATCH_EKS_CLUSTER": "prod"})  # the job can read it back
+    assert reparsed.concurrency == 2 and reparsed.warehouse == "s3://wh/warehouse"
+
+
+@pytest.mark.parametrize(
+    ("status", "terminal", "succeeded"),
+    [
+        ({"jobDeploymentStatus": "Initializing"}, False, False),
+        ({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, False, False),
+        ({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}, True, True),
+        ({"jobDeploymentStatus": "Complete", "jobStatus": "STOPPED"}, True, False),  # stopped shows Complete
+        ({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "reason": "AppFailed"}, True, False),
+        ({"jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded"}, True, False),
+        ({"jobDeploymentStatus": "Running", "jobStatus": "FAILED"}, True, False),
+    ],
+)
+def test_job_state_reads_both_status_fields(status: dict, terminal: bool, succeeded: bool) -> None:
+    state = job_state({"metadata": {"name": "j", "labels": {"icebatch.io/attempt": "2"}}, "status": status})
+    assert (state.terminal, state.succeeded, state.attempt) == (terminal, succeeded, 2)
+
+
+@pytest.mark.skipif(not SHARED_DIR.exists(), reason="no ../shared next to this clone")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_vendored_crds_match_the_shared_ones(version: str) -> None:
+    vendored = gzip.decompress((CRD_DIR / f"ray.io_rayjobs.{version}.yaml.gz").read_bytes())
+    assert vendored == (SHARED_DIR / f"ray.io_rayjobs.{version}.yaml").read_bytes()
