@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
 from icebatch.costs import CostInputs, cost_breakdown
 from icebatch.errors import PermanentError
@@ -33,7 +34,8 @@ def completed_from_ledger(settings: Settings, run_id: str | None = None) -> Batc
     table = ledger.results()
     assert table is not None
     columns = ("status", "input_truncated", *task.label_fields)
-    this_run = EqualTo("run_id", record.run_id)  # type: ignore[call-arg,misc]
+    equal_to: Any = EqualTo  # the pydantic mypy plugin misreads EqualTo's own __init__ (differently when cached)
+    this_run = equal_to("run_id", record.run_id)
     rows = table.scan(row_filter=this_run, selected_fields=columns).to_arrow().to_pylist()
     statuses = Counter(r["status"] for r in rows)
     labels = {f: dict(Counter(r[f] for r in rows if r[f] is not None).most_common()) for f in task.label_fields}

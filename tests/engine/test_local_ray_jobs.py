@@ -3,7 +3,6 @@ Ray's job submission API, exactly as the launcher does it."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -26,12 +25,33 @@ def ray_jobs_settings(engine_settings: Settings) -> Iterator[Settings]:
     use_settings(s)
     yield s
     use_settings(None)
-    # stop only the head this test started (its processes carry its temp dir on their command lines,
-    # through the short symlink or the real path under the test's home)
-    for signal in ("-TERM", "-KILL"):  # gcs_server may ignore SIGTERM
-        for marker in (ray_temp_dir(s), str(s.home_abs / "ray")):
-            subprocess.run(["pkill", signal, "-f", marker], check=False)
-        time.sleep(2)
+    stop_head(s)
+
+
+def stop_head(s: Settings) -> None:
+    """Stop only the head this test started, with everything it spawned.
+
+    Its own processes carry its temp dir on their command lines (through the short symlink or the real
+    path); the workers and vLLM's engine processes (which rename themselves) are found as descendants.
+    """
+    import psutil
+
+    markers = (ray_temp_dir(s), str(s.home_abs / "ray"))
+    roots = [
+        p for p in psutil.process_iter(["cmdline"]) if any(m in " ".join(p.info["cmdline"] or []) for m in markers)
+    ]
+    victims = {p.pid: p for root in roots for p in [root, *root.children(recursive=True)]}
+    for p in victims.values():
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(list(victims.values()), timeout=10)
+    for p in alive:  # gcs_server may ignore SIGTERM
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def test_ray_jobs_mode_starts_a_head_and_runs_the_job(ray_jobs_settings: Settings) -> None:
