@@ -88,7 +88,10 @@ test-engine: env
 
 bench: env
 	$(PY) -m bench.launcher_weight
+	$(PY) -m bench.backlog_scaling
 	$(PY) -m bench.pipeline_vs_bare --rows 1000
+	$(PY) -m bench.tokens_per_row
+	$(PY) -m bench.report
 
 lock: | $(UV)
 	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 \

@@ -443,10 +443,12 @@ class ResultsLedger:
         results = self.results()
         return read_watermark(results.metadata if results else None, self.source_table)
 
-    def backlog(self, *, upto: int | None = None, source: Table | None = None) -> Backlog:
+    def backlog(
+        self, *, upto: int | None = None, source: Table | None = None, watermark: Watermark | None = None
+    ) -> Backlog:
         """How much is new, from the source table's metadata (no data file is opened)."""
         source = source or self.source()
-        wm = self.watermark()
+        wm = watermark or self.watermark()
         return compute_backlog(
             source.metadata,
             source.io,
@@ -477,15 +479,7 @@ class ResultsLedger:
                 f"{wm.source_snapshot_id} (run {wm.run_id}): another run already covered this range"
             )
         source = self.source()
-        backlog = compute_backlog(
-            source.metadata,
-            source.io,
-            source_table=self.source_table,
-            consumer=self.consumer,
-            watermark=wm.source_snapshot_id,
-            watermark_seq=wm.source_sequence_number,
-            upto=to_snapshot_inclusive,
-        )
+        backlog = self.backlog(upto=to_snapshot_inclusive, source=source, watermark=wm)
         end, rows = pin_range_end(backlog, max_rows)
         if end is None or rows == 0:
             return None  # nothing appended (replace/delete/overwrite snapshots add no work)

@@ -54,3 +54,9 @@ def test_make_targets_in_the_readme_exist() -> None:
     for target in set(re.findall(r"^make (\w+)", README, flags=re.M)):
         assert re.search(rf"^{target}:", makefile, flags=re.M), target
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_performance_section_matches_the_latest_benchmark_results() -> None:
+    from bench.report import render, section
+
+    assert section(README) == render(), "run `python -m bench.report` (make bench does) and commit README.md"

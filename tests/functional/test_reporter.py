@@ -43,6 +43,17 @@ def queue(endpoint: str) -> tuple[str, str]:
     return url, arn
 
 
+def bus_with_reporter_rule(endpoint: str) -> tuple[Any, str, str]:
+    """A fresh EventBridge bus whose reporter rule (the pattern from eventbridge/) targets a new queue."""
+    events = client("events", endpoint)
+    bus = f"icebatch-{uuid.uuid4().hex[:6]}"
+    events.create_event_bus(Name=bus)
+    url, arn = queue(endpoint)
+    events.put_rule(Name="reporter", EventBusName=bus, EventPattern=json.dumps(PATTERNS["reporter"]))
+    events.put_targets(Rule="reporter", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
+    return events, bus, url
+
+
 def drain(endpoint: str, url: str, expect: int | None = None) -> list[dict[str, Any]]:
     sqs = client("sqs", endpoint)
     out: list[dict[str, Any]] = []
@@ -96,12 +107,7 @@ def aws_settings(
 # --------------------------------------------------------------------------------------------------
 def test_put_events_reaches_the_reporter_rule(aws_endpoint: str) -> None:
     # given a bus with the reporter's rule, targeting a queue
-    events = client("events", aws_endpoint)
-    bus = f"icebatch-{uuid.uuid4().hex[:6]}"
-    events.create_event_bus(Name=bus)
-    url, arn = queue(aws_endpoint)
-    events.put_rule(Name="reporter", EventBusName=bus, EventPattern=json.dumps(PATTERNS["reporter"]))
-    events.put_targets(Rule="reporter", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
+    events, bus, url = bus_with_reporter_rule(aws_endpoint)
     # when the job's publisher emits a completion event (and an unrelated event goes by)
     detail = BatchJobCompleted.model_validate(example("batch-job-completed.json")["detail"])
     publisher = EventBridgePublisher(events, bus)
@@ -187,12 +193,7 @@ def test_a_silently_failed_rayjob_is_reported_once_and_later_deleted(
     settings: Settings, aws_endpoint: str, k8s: RayJobApi
 ) -> None:
     # given an EventBridge bus whose reporter rule feeds a queue, and a kuberay launcher
-    events = client("events", aws_endpoint)
-    bus = f"icebatch-{uuid.uuid4().hex[:6]}"
-    events.create_event_bus(Name=bus)
-    url, arn = queue(aws_endpoint)
-    events.put_rule(Name="reporter", EventBusName=bus, EventPattern=json.dumps(PATTERNS["reporter"]))
-    events.put_targets(Rule="reporter", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
+    _, bus, url = bus_with_reporter_rule(aws_endpoint)
     s = settings.with_overrides(
         backend="kuberay", eks_cluster="icebatch-test", k8s_api_server=k8s.url,  # type: ignore[attr-defined]
         aws_endpoint_url=aws_endpoint, aws_region=REGION, event_bus=bus, finished_job_retention_seconds=3600,

@@ -1,0 +1,107 @@
+"""The README's Performance section, rendered from the latest results in bench/results/.
+
+`make bench` runs the benchmarks and then this, which rewrites the section between the markers
+``<!-- bench:start -->`` and ``<!-- bench:end -->``; tests/contract/test_docs.py checks that the
+README and the latest results agree.
+
+    python -m bench.report [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def _latest(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}-latest.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def render() -> str:
+    lines = [
+        "Measured by `make bench` on this machine kind (2 cores, CPU only, the tiny model). Every comparison is",
+        "a ratio against a baseline measured in the same run; raw samples and machine details are in",
+        "`bench/results/`.",
+        "",
+        "| benchmark | baseline (same run) | icebatch | ratio | goal |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    p = _latest("pipeline_vs_bare")
+    if p:
+        b, q = p["bare"], p["pipeline"]
+        lines.append(
+            f"| pipeline steady-state output tok/s ({p['rows']:,} rows) | bare `vllm.LLM`: {b['tok_per_s']:,.0f} | "
+            f"{q['tok_per_s']:,.0f} | {p['steady_state_ratio']:.2f} | >= 0.95 |"
+        )
+        lines.append(
+            f"| start-up to first result | bare engine (import + construct): {b['start_s']:.1f} s | "
+            f"{q['first_result_s']:.1f} s (Ray {q['phases_s']['ray_init']:.1f} s) | {p['startup_ratio']:.2f} | <= 1.5 |"
+        )
+    w = _latest("launcher_weight")
+    if w:
+        m = w["median_import_seconds"]
+        lines.append(
+            f"| launcher cold import (decision path) | `import boto3`: {m['boto3']:.2f} s | {m['launcher']:.2f} s | "
+            f"{w['import_ratio_launcher_over_boto3']:.1f} | < 1 s |"
+        )
+        lines.append(
+            f"| Lambda bundle, unzipped | dependency closure: {w['closure_bytes'] / 1e6:.0f} MB | "
+            f"{w['bundle_bytes'] / 1e6:.1f} MB | {w['bundle_bytes'] / w['closure_bytes']:.2f} | < 100 MB |"
+        )
+    s = _latest("backlog_scaling")
+    if s:
+        for size in s["sizes"]:
+            lines.append(
+                f"| backlog check, {size['snapshots']:,} snapshots / {size['rows']:,} rows | seed's scan-and-count: "
+                f"{size['median_scan_s'] * 1000:.0f} ms | metadata: {size['median_metadata_s'] * 1000:.1f} ms | "
+                f"{size['scan_over_metadata']:.0f}x faster | flat as data grows |"
+            )
+    t = _latest("tokens_per_row")
+    if t:
+        seed = t["seed"]
+        typical = t["typical_tokens"]["mean"]
+        lines.append(
+            f"| output tokens per ticket | seed: {seed['tokens']} | typical verdict {typical:.0f}, schema bound "
+            f"{t['schema_bound_tokens']} | {typical / seed['tokens']:.2f} | |"
+        )
+        per_1k = t["usd_per_1k"]
+        seed_usd, ours, bound = (per_1k[k] for k in ("seed (free-text reasoning)", "icebatch typical verdict",
+                                                     "icebatch schema bound"))  # fmt: skip
+        lines.append(
+            f"| $ per 1k tickets at the seed's 2,776 tok/s, $2.24208/h | seed: ${seed_usd:.4f} | "
+            f"${ours:.4f} (bound ${bound:.4f}) | {ours / seed_usd:.2f} | |"
+        )
+    return "\n".join(lines)
+
+
+def section(text: str) -> str:
+    return text.split(START, 1)[1].split(END, 1)[0].strip() if START in text and END in text else ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the README is not up to date")
+    args = parser.parse_args()
+    text = README.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"README.md has no {START} ... {END} markers")
+    fresh = render()
+    if args.check:
+        sys.exit(0 if section(text) == fresh else 1)
+    before, rest = text.split(START, 1)
+    after = rest.split(END, 1)[1]
+    README.write_text(f"{before}{START}\n{fresh}\n{END}{after}")
+    print(fresh)
+
+
+if __name__ == "__main__":
+    main()
