@@ -1,7 +1,7 @@
 # icebatch — every target builds its own environment on a fresh machine.
 #
 # The virtualenv lives outside the clone, keyed by the lock file's hash, so CI and new clones reuse it:
-#   $(ICEBATCH_CACHE)/venv-<hash of requirements/dev.lock>
+#   $(ICEBATCH_CACHE)/venv-<hash of requirements/dev.lock and the install flags>
 # uv installs it (pip 23 backtracks for minutes on this dependency set). torch's CPU wheel comes from
 # /opt/wheels where that folder exists, else from PyTorch's CPU index.
 
@@ -10,7 +10,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 ICEBATCH_CACHE ?= $(HOME)/.cache/icebatch
 LOCK := requirements/dev.lock
-LOCK_HASH := $(shell sha256sum $(LOCK) | cut -c1-12)
+# Bytecode is compiled at install time: with PYTHONDONTWRITEBYTECODE set (as on these machines) every
+# process -- each Ray worker, vLLM's spawned engine core -- would otherwise compile torch, vLLM and Ray
+# from source again. The install flags are part of the venv's key, so changing them builds a new one.
+UV_SYNC_FLAGS := --compile-bytecode
+LOCK_HASH := $(shell (cat $(LOCK); echo "$(UV_SYNC_FLAGS)") | sha256sum | cut -c1-12)
 VENV ?= $(ICEBATCH_CACHE)/venv-$(LOCK_HASH)
 UV_VERSION := 0.13.9
 UV := $(ICEBATCH_CACHE)/uv-$(UV_VERSION)/bin/uv
@@ -38,10 +42,12 @@ $(UV):
 	$(PYTHON) -m venv $(ICEBATCH_CACHE)/uv-$(UV_VERSION)
 	$(ICEBATCH_CACHE)/uv-$(UV_VERSION)/bin/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 
-$(VENV)/.synced: $(LOCK) | $(UV)
+# The venv's path holds the lock's hash, so an existing .synced means it matches (a fresh clone's newer
+# file times do not matter).
+$(VENV)/.synced: | $(UV)
 	@echo "== creating $(VENV) (once per lock file; a few minutes on a fresh machine)"
 	$(UV) venv -q --allow-existing -p $(PYTHON) $(VENV)
-	$(UV) pip sync -q -p $(PY) $(UV_INDEX) $(LOCK)
+	$(UV) pip sync -q $(UV_SYNC_FLAGS) -p $(PY) $(UV_INDEX) $(LOCK)
 	touch $@
 
 # The project itself is installed editable, pointing at this clone (cheap; redone when the clone moves).

@@ -6,7 +6,8 @@ with the consumer's watermark half way, the same run times:
 - ``metadata``: what the launcher does (``ResultsLedger.backlog``: snapshot summaries, no data file),
 - ``scan``: the seed's method, reading the table and counting rows with ``ingested_ms`` past a watermark.
 
-Both must give the same count; the metadata path should stay flat while the scan grows with the data.
+Both must give the same count; the metadata path should not grow with the rows (only, slowly, with the
+size of the table's metadata file, which lists every snapshot) while the scan grows with the data.
 
     python -m bench.backlog_scaling [--sizes 10,100,1000] [--rows 1000] [--repeats 5]
 """

@@ -5,8 +5,10 @@ sampling and structured output, in one run. Reported:
 
 - steady-state generation throughput (output tokens per second once results flow) and its ratio
   pipeline / bare (goal >= 0.95);
-- fixed start-up overhead: pipeline start (Ray included) -> first result vs the bare engine's start (importing
-  vLLM and constructing ``LLM``, as the pipeline's engine actor must) (goal <= 1.5x);
+- fixed start-up overhead: pipeline start (Ray included) -> first token vs the bare engine's start (importing
+  vLLM and constructing ``LLM``, as the pipeline's engine actor must) (goal <= 1.5x). The first token is
+  the first result's arrival less the engine time of its batch (``llm_seconds``, measured by the engine
+  stage); the first result's arrival is reported too;
 - output tokens per row.
 
     python -m bench.pipeline_vs_bare --rows 1000
@@ -75,8 +77,11 @@ def pipeline(settings, rows: int) -> dict:  # type: ignore[no-untyped-def]
     built = build_pipeline(ds, task, settings, run_id=plan.run_id, model=str(settings.model_source), device="cpu")
     t_built = time.perf_counter()
     arrivals: list[tuple[float, int]] = []
+    first_batch_llm_s = 0.0
     for batch in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
         arrivals.append((time.perf_counter(), int(batch.column("num_generated_tokens").to_numpy().sum())))
+        if len(arrivals) == 1:
+            first_batch_llm_s = float(batch.column("llm_seconds").to_numpy().max())
     first, last = arrivals[0][0], arrivals[-1][0]
     total = sum(n for _, n in arrivals)
     after_first = total - arrivals[0][1]
@@ -84,6 +89,8 @@ def pipeline(settings, rows: int) -> dict:  # type: ignore[no-untyped-def]
     return {
         "phases_s": {"ray_init": t_ray - t0, "plan_and_build": t_built - t_ray, "execute_to_first": first - t_built},
         "first_result_s": first - t0,
+        "first_batch_llm_s": first_batch_llm_s,
+        "first_token_s": first - t0 - first_batch_llm_s,
         "total_s": last - t0,
         "output_tokens": total,
         "batches": len(arrivals),
@@ -127,7 +134,7 @@ def main() -> None:
     p = pipeline(settings, len(rows))
 
     ratio = p["tok_per_s"] / b["tok_per_s"]
-    startup = p["first_result_s"] / b["start_s"]
+    startup = p["first_token_s"] / b["start_s"]
     result = {
         "rows": len(rows),
         "bare": b,
@@ -151,7 +158,13 @@ def main() -> None:
             f"{p['tok_per_s']:,.0f}",
             f"{ratio:.2f} (goal >= 0.95)",
         ),
-        ("start-up s", f"{b['start_s']:.1f}", f"{p['first_result_s']:.1f}", f"{startup:.2f} (goal <= 1.5)"),
+        (
+            "start-up s (to first token)",
+            f"{b['start_s']:.1f}",
+            f"{p['first_token_s']:.1f}",
+            f"{startup:.2f} (goal <= 1.5)",
+        ),
+        ("first result s", "", f"{p['first_result_s']:.1f}", ""),
         ("output tokens / row", f"{per_row_bare:.1f}", f"{per_row_pipe:.1f}", ""),
     ]
     print(table(rows_out))

@@ -43,8 +43,9 @@ def render() -> str:
             f"{q['tok_per_s']:,.0f} | {p['steady_state_ratio']:.2f} | >= 0.95 |"
         )
         lines.append(
-            f"| start-up to first result | bare engine (import + construct): {b['start_s']:.1f} s | "
-            f"{q['first_result_s']:.1f} s (Ray {q['phases_s']['ray_init']:.1f} s) | {p['startup_ratio']:.2f} | <= 1.5 |"
+            f"| start-up to first token | bare engine (import + construct): {b['start_s']:.1f} s | "
+            f"{q['first_token_s']:.1f} s (Ray {q['phases_s']['ray_init']:.1f} s; first result "
+            f"{q['first_result_s']:.1f} s) | {p['startup_ratio']:.2f} | <= 1.5 |"
         )
     w = _latest("launcher_weight")
     if w:
@@ -63,7 +64,7 @@ def render() -> str:
             lines.append(
                 f"| backlog check, {size['snapshots']:,} snapshots / {size['rows']:,} rows | seed's scan-and-count: "
                 f"{size['median_scan_s'] * 1000:.0f} ms | metadata: {size['median_metadata_s'] * 1000:.1f} ms | "
-                f"{size['scan_over_metadata']:.0f}x faster | flat as data grows |"
+                f"{size['scan_over_metadata']:.0f}x faster | flat in rows |"
             )
     t = _latest("tokens_per_row")
     if t:
@@ -80,6 +81,14 @@ def render() -> str:
             f"| $ per 1k tickets at the seed's 2,776 tok/s, $2.24208/h | seed: ${seed_usd:.4f} | "
             f"${ours:.4f} (bound ${bound:.4f}) | {ours / seed_usd:.2f} | |"
         )
+    if p and p["startup_ratio"] > 1.5:
+        lines += [
+            "",
+            "Start-up misses its goal on this machine: the engine actor imports vLLM (about 6 s alone) while",
+            "Ray Data starts the prompt, parse and read workers on the same two cores, so it reaches the",
+            "engine's construction about 7 s later than a bare process does. A GPU node has 4-8 vCPUs",
+            "for the same work. Steady-state throughput is what the GPU-hours pay for.",
+        ]
     return "\n".join(lines)
 
 
