@@ -78,6 +78,12 @@ class BatchJobCompleted(_Detail):
         ge=0,
         description="Part of engine_seconds before the first result: mostly engine start-up",
     )
+    engine_startup_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Part of engine_seconds before the first token: the first result's arrival less the engine "
+        "time of its batch (null in events from before it was measured)",
+    )
     job_seconds: float = Field(ge=0)
     device: str
     model: str

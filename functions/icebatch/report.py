@@ -77,8 +77,14 @@ def tokenomics(e: BatchJobCompleted) -> str:
     c = e.cost
     per_row_in = e.tokens.input / e.rows if e.rows else 0
     per_row_out = e.tokens.output / e.rows if e.rows else 0
+    generating = e.engine_seconds - (e.engine_startup_seconds or 0.0)
     streaming = e.engine_seconds - e.first_result_seconds
-    if streaming >= 1.0 and e.tokens.output:
+    if e.engine_startup_seconds is not None and generating > 0 and e.tokens.output:
+        engine = (
+            f"{_duration(e.engine_seconds)} (start-up {_duration(e.engine_startup_seconds)}, then "
+            f"{_duration(generating)} generating at {e.tokens.output / generating:,.0f} output tok/s)"
+        )
+    elif streaming >= 1.0 and e.tokens.output:  # events from before the start-up was measured
         engine = (
             f"{_duration(e.engine_seconds)} (start-up {_duration(e.first_result_seconds)}, then "
             f"{_duration(streaming)} at {e.tokens.output / streaming:,.0f} output tok/s)"

@@ -74,6 +74,7 @@ def completed_from_ledger(settings: Settings, run_id: str | None = None) -> Batc
         tokens=TokenCounts(input=int(record.number("input-tokens")), output=int(record.number("output-tokens"))),
         engine_seconds=engine,
         first_result_seconds=record.number("first-result-seconds"),
+        engine_startup_seconds=float(startup) if (startup := p.get("icebatch.engine-startup-seconds")) else None,
         job_seconds=job_seconds,
         device=p.get("icebatch.device", "-"),
         model=p.get("icebatch.model", "-"),

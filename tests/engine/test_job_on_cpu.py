@@ -64,6 +64,8 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: S
     detail = completed[0]["detail"]
     assert (detail["rows"], detail["tokens"]["output"]) == (200, int(snap.summary["icebatch.output-tokens"]))
     assert detail["cost"]["lifetime_cost"] > 0
+    # and start-up (to the first token) is part of the engine time, ending before the first result
+    assert 0 < detail["engine_startup_seconds"] < detail["first_result_seconds"] < detail["engine_seconds"]
     report = "\n".join(printed)
     assert "INCREMENTAL STATE" in report and "BATCH SUMMARY" in report and "TOKENOMICS" in report
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from icebatch.costs import CostInputs, cost_breakdown
@@ -42,7 +43,7 @@ def test_no_rows_no_division_by_zero() -> None:
     assert (c.usd_per_1k_rows, c.usd_per_1m_tokens, c.output_tokens_per_second) == (None, None, None)
 
 
-def _completed() -> BatchJobCompleted:
+def _completed(**changes: Any) -> BatchJobCompleted:
     now = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
     return BatchJobCompleted(
         run_id="triage-1",
@@ -66,7 +67,7 @@ def _completed() -> BatchJobCompleted:
         ledger_snapshot_id=42,
         started_at=now,
         finished_at=now,
-    )
+    ).model_copy(update=changes)
 
 
 def test_report_has_the_seed_blocks_and_honest_cost() -> None:
@@ -75,8 +76,17 @@ def test_report_has_the_seed_blocks_and_honest_cost() -> None:
         assert block in text
     assert "new tickets           : 2200" in text
     assert "GPU lifetime" in text and "idle tail 90.0 s" in text
-    assert "1,650 output tok/s" in text  # 66,000 tokens over the 40 s after start-up
+    assert "1,650 output tok/s" in text  # an event without engine_startup_seconds: after the first result
     assert subject(_completed()) == "icebatch triage: 2,200 tickets, $0.0537 (10 not ok)"
+
+
+def test_generation_rate_counts_every_token_from_the_first_one() -> None:
+    # given a run whose first result came 20 s in, after its batch spent 8 s in the engine
+    run = _completed(engine_seconds=60, first_result_seconds=20, engine_startup_seconds=12)
+    # when the report is rendered
+    text = completed_text(run)
+    # then start-up ends at the first token and all 66,000 tokens count over the 48 s that followed
+    assert "start-up 12.0 s, then 48.0 s generating at 1,375 output tok/s" in text
 
 
 def test_failure_report_says_what_happens_next() -> None:
