@@ -84,11 +84,8 @@ def tokenomics(e: BatchJobCompleted) -> str:
             f"{_duration(e.engine_seconds)} (start-up {_duration(e.engine_startup_seconds)}, then "
             f"{_duration(generating)} generating at {e.tokens.output / generating:,.0f} output tok/s)"
         )
-    elif streaming >= 1.0 and e.tokens.output:  # events from before the start-up was measured
-        engine = (
-            f"{_duration(e.engine_seconds)} (start-up {_duration(e.first_result_seconds)}, then "
-            f"{_duration(streaming)} at {e.tokens.output / streaming:,.0f} output tok/s)"
-        )
+    elif streaming >= 1.0:  # events from before the start-up was measured: no honest rate to give
+        engine = f"{_duration(e.engine_seconds)} (first result after {_duration(e.first_result_seconds)})"
     else:  # everything arrived at once: start-up and generation cannot be told apart
         engine = f"{_duration(e.engine_seconds)} (including engine start-up)"
     return "\n".join(

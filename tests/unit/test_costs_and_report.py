@@ -76,7 +76,7 @@ def test_report_has_the_seed_blocks_and_honest_cost() -> None:
         assert block in text
     assert "new tickets           : 2200" in text
     assert "GPU lifetime" in text and "idle tail 90.0 s" in text
-    assert "1,650 output tok/s" in text  # an event without engine_startup_seconds: after the first result
+    assert "60.0 s (first result after 20.0 s)" in text  # an event from before start-up was measured
     assert subject(_completed()) == "icebatch triage: 2,200 tickets, $0.0537 (10 not ok)"
 
 
