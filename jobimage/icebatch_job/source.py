@@ -40,6 +40,9 @@ def iter_batches(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = 
     yield from reader
 
 
+READ_CONCURRENCY = 2
+
+
 def read_dataset(
     table: Table,
     plan: RunPlan,
@@ -47,14 +50,19 @@ def read_dataset(
     *,
     parallelism: int = -1,
     num_cpus: float = 0.25,
+    concurrency: int = READ_CONCURRENCY,
 ) -> tuple[ray.data.Dataset, int | None]:
     """The range's rows as a streaming Ray dataset, and their exact count when known (no deletes apply).
 
     Read tasks ask for a fraction of a CPU: they are I/O-bound, and a whole CPU each can leave nothing for
-    the engine's bundle on a small node.
+    the engine's bundle on a small node. Few run at once (``concurrency``): one Parquet reader outpaces a
+    GPU's generation by orders of magnitude, and each extra reader is another Ray worker process starting
+    (importing pyarrow and pyiceberg) while the engine starts.
     """
     source = IncrementalIcebergDatasource(table, plan, columns)
-    dataset = ray.data.read_datasource(source, override_num_blocks=parallelism, num_cpus=num_cpus)
+    dataset = ray.data.read_datasource(
+        source, override_num_blocks=parallelism, num_cpus=num_cpus, concurrency=concurrency
+    )
     return dataset, source.exact_rows
 
 
