@@ -28,6 +28,9 @@ PYTEST_ARGS ?=
 SRC := $(wildcard functions jobimage tests bench)
 
 export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
+# This clone's code first, for every process a target starts (Ray workers and vLLM's engine included):
+# the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
+export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: help env demo test test-fast test-engine lint sam-check format bench lock clean
 

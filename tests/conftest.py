@@ -10,6 +10,12 @@ from icebatch.settings import Settings
 
 from tests.support.aws import client, glue_catalog_properties, moto_server
 
+# Processes the tests start (CLI runs, Ray workers, vLLM) import this clone's code too: the venv is shared
+# by every clone of the same lock, and its editable install points at whichever ran `make env` last.
+ROOT = Path(__file__).resolve().parents[1]
+CLONE_PATHS = [str(ROOT / "functions"), str(ROOT / "jobimage")]
+os.environ["PYTHONPATH"] = os.pathsep.join([*CLONE_PATHS, *filter(None, [os.environ.get("PYTHONPATH")])])
+
 # Keep every cache and temp dir of the libraries under one folder of the test session.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

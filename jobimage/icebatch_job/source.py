@@ -60,9 +60,10 @@ def read_dataset(
     (importing pyarrow and pyiceberg) while the engine starts.
     """
     source = IncrementalIcebergDatasource(table, plan, columns)
-    dataset = ray.data.read_datasource(
-        source, override_num_blocks=parallelism, num_cpus=num_cpus, concurrency=concurrency
-    )
+    # never more than there are read tasks: Ray warns about a limit the read cannot reach
+    tasks = source.file_count if parallelism < 1 else min(parallelism, source.file_count)
+    readers = max(1, min(concurrency, tasks))
+    dataset = ray.data.read_datasource(source, override_num_blocks=parallelism, num_cpus=num_cpus, concurrency=readers)
     return dataset, source.exact_rows
 
 
@@ -88,6 +89,10 @@ class IncrementalIcebergDatasource(Datasource):
         self._schema = scan.projection()
         self._metadata = table.metadata
         self._io = table.io
+
+    @property
+    def file_count(self) -> int:
+        return len(self._tasks)
 
     @property
     def exact_rows(self) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,7 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: S
         "ICEBATCH_HOME": str(s.home),
         "ICEBATCH_MODEL_SOURCE": str(s.model_source),
         "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.environ["PYTHONPATH"],
     }
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

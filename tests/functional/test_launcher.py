@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -340,7 +341,12 @@ def test_the_launcher_path_imports_no_pyarrow_ray_or_vllm(settings: Settings) ->
         "assert not bad, bad; print(r['decision']['decision'])"
     )
     # the whole decision (catalog, ledger, gate, manifest), short of running a local job in-process
-    env = {"ICEBATCH_HOME": str(settings.home), "ICEBATCH_DRY_RUN": "true", "PATH": "/usr/bin:/bin"}
+    env = {
+        "ICEBATCH_HOME": str(settings.home),
+        "ICEBATCH_DRY_RUN": "true",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.environ["PYTHONPATH"],
+    }
     done = subprocess.run(
         [sys.executable, "-c", code, str(EVENTS / "schedule.json")],
         capture_output=True,
