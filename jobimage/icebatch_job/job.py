@@ -24,7 +24,7 @@ from icebatch.report import completed_text, incremental_state
 from icebatch.settings import Settings
 
 from icebatch_job.progress import Progress
-from icebatch_job.results import RunStats
+from icebatch_job.results import RunStats, batch_engine_seconds
 from icebatch_job.task import TaskSpec, load_task
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def run_job(
                 for batch in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
                     if not first_result_seconds:
                         first_result_seconds = time.monotonic() - t_engine
-                        engine_startup_seconds = max(0.0, first_result_seconds - _batch_engine_seconds(batch))
+                        engine_startup_seconds = max(0.0, first_result_seconds - batch_engine_seconds(batch))
                     for b in cast("pa.Table", batch).to_batches():
                         progress.advance(b.num_rows)
                         yield b
@@ -279,12 +279,6 @@ def run_job(
         )
         _publish(publisher, failed)
         raise
-
-
-def _batch_engine_seconds(batch: Any) -> float:
-    """The engine time of a result batch: its rows were generated together, so the longest row's."""
-    column = batch.column("llm_seconds")
-    return max((v for v in column.to_pylist() if v is not None), default=0.0)
 
 
 def _cost(

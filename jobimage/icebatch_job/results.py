@@ -150,6 +150,11 @@ class RunStats:
         return {k: dict(v.most_common()) for k, v in self.labels.items()}
 
 
+def batch_engine_seconds(batch: pa.Table) -> float:
+    """The engine time of a batch of result rows: they were generated together, so the longest row's."""
+    return max((v for v in batch.column("llm_seconds").to_pylist() if v is not None), default=0.0)
+
+
 def write_data_files(table: Table, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:
     """Stream batches into Parquet data files of the results table (not yet committed)."""
     import pyarrow as pa
