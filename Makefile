@@ -32,11 +32,12 @@ export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 # the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
 export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help env demo test test-fast test-engine lint sam-check format bench lock clean
+.PHONY: help env demo test test-fast test-engine test-aws lint sam-venv sam-check format bench lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
-	@echo "make test   - lint, type-check and run the test suite"
+	@echo "make test   - lint, type-check and run the test suite (all tiers)"
+	@echo "make test-aws - the production path against AWS APIs (moto) as template.yaml deploys it"
 	@echo "make bench  - run the benchmarks (results in bench/results/)"
 	@echo "make lint   - ruff + mypy only"
 	@echo "make lock   - re-resolve requirements/dev.lock from pyproject.toml"
@@ -78,22 +79,33 @@ $(SAM_VENV)/.installed: | $(UV)
 	$(UV) pip install -q -p $(SAM_VENV)/bin/python "aws-sam-cli==$(SAM_VERSION)" "cfn-lint==1.58.0"
 	touch $@
 
+sam-venv: $(SAM_VENV)/.installed
+
 sam-check: $(SAM_VENV)/.installed
 	$(SAM) validate --lint --region us-east-1
 	$(SAM_VENV)/bin/cfn-lint template.yaml
 	$(SAM) build LauncherFunction --build-dir $(ICEBATCH_CACHE)/sam-build --region us-east-1 >/dev/null
 	@du -sh $(ICEBATCH_CACHE)/sam-build/LauncherFunction | sed 's/^/launcher bundle (unzipped): /'
 
-# The engine tier (real vLLM on CPU) runs in its own process: a native crash there cannot take the others down.
-test: lint sam-check
-	$(PY) -m pytest -m "not engine and not e2e" $(PYTEST_ARGS)
-	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
+# Tiers: fast (unit, contract, functional), engine + e2e (real vLLM on CPU), aws (the production path on moto,
+# with the engine too). Each runs in its own process: a native crash in one cannot take the others down.
+# The tests transform template.yaml with SAM's own translator, from SAM CLI's virtualenv.
+export SAM_PYTHON := $(SAM_VENV)/bin/python
+FAST := not engine and not e2e and not aws
 
-test-fast: env
-	$(PY) -m pytest -m "not engine and not e2e" $(PYTEST_ARGS)
+test: lint sam-check
+	$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
+	$(PY) -m pytest -m aws $(PYTEST_ARGS)
+
+test-fast: env $(SAM_VENV)/.installed
+	$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS)
 
 test-engine: env
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
+
+test-aws: env $(SAM_VENV)/.installed
+	$(PY) -m pytest -m aws $(PYTEST_ARGS)
 
 bench: env
 	$(PY) -m bench.launcher_weight

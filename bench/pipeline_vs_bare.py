@@ -107,7 +107,7 @@ def main() -> None:
 
     from icebatch.catalog import open_catalog
     from icebatch.settings import Settings
-    from icebatch_job.job import resolve_model
+    from icebatch_job.model import resolve_model
     from icebatch_job.runtime import prepare_environment
     from icebatch_job.source import iter_batches
     from icebatch_job.task import load_task

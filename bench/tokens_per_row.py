@@ -35,7 +35,7 @@ def usd_per_1k(tokens_per_row: float) -> float:
 
 def main() -> None:
     from icebatch.settings import Settings
-    from icebatch_job.job import resolve_model
+    from icebatch_job.model import resolve_model
     from icebatch_job.task import load_task
     from icebatch_job.tickets import SCENARIOS, generate_tickets
     from transformers import AutoTokenizer

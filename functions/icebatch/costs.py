@@ -23,6 +23,8 @@ class CostInputs(BaseModel):
     hourly_rate: float = Field(ge=0, description="$ per GPU-hour")
     ttl_seconds: float = Field(default=0, ge=0, description="RayJob ttlSecondsAfterFinished")
     consolidate_seconds: float = Field(default=0, ge=0, description="Karpenter consolidateAfter")
+    instance_type: str | None = Field(default=None, description="Instance type the rate assumes")
+    rate_source: str | None = Field(default=None, description="Where the rate comes from")
 
 
 class CostBreakdown(BaseModel):
@@ -41,6 +43,13 @@ class CostBreakdown(BaseModel):
     usd_per_1m_output_tokens: float | None
     usd_per_1m_tokens: float | None
     output_tokens_per_second: float | None
+    instance_type: str | None = Field(
+        default=None, description="GPU instance type the hourly rate assumes (null: not recorded)"
+    )
+    rate_source: str | None = Field(
+        default=None,
+        description="Where the hourly rate comes from: an instance type's on-demand price, or a configured rate",
+    )
 
 
 def cost_breakdown(c: CostInputs) -> CostBreakdown:
@@ -70,4 +79,6 @@ def cost_breakdown(c: CostInputs) -> CostBreakdown:
         usd_per_1m_output_tokens=lifetime_cost / c.output_tokens * 1e6 if c.output_tokens else None,
         usd_per_1m_tokens=lifetime_cost / total_tokens * 1e6 if total_tokens else None,
         output_tokens_per_second=c.output_tokens / c.engine_seconds if c.engine_seconds else None,
+        instance_type=c.instance_type,
+        rate_source=c.rate_source,
     )

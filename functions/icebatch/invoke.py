@@ -54,6 +54,8 @@ def invoke(function: str, event: Any, *, logs_to_stderr: bool = False) -> dict[s
     import os
     import sys
 
+    # what template.yaml gives every function (the stack's namespace there)
+    os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "icebatch")
     module = importlib.import_module(HANDLERS[function])
     context = LocalContext(function_name=f"icebatch-{function}")
     if not logs_to_stderr:

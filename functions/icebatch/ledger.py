@@ -510,10 +510,20 @@ class ResultsLedger:
     # --- writing ---------------------------------------------------------------------------------
     def ensure_results_table(self, schema: Schema) -> Table:
         """Create the results table (or add new columns to it). Turns pyiceberg's commit retry off."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
         namespace = self.results_table.split(".")[0]
-        self.catalog.create_namespace_if_not_exists(namespace)
+        if not self.catalog.namespace_exists(namespace):  # creating an existing one needs glue:CreateDatabase
+            self.catalog.create_namespace_if_not_exists(namespace)
         props = {**NO_RETRIES, CONSUMER: self.consumer, SOURCE_TABLE: self.source_table}
-        table = self.catalog.create_table_if_not_exists(self.results_table, schema, properties=props)
+        # Look before creating: a create writes a metadata file first, which an "already exists" orphans.
+        if table_exists(self.catalog, self.results_table):
+            table = self.catalog.load_table(self.results_table)
+        else:
+            try:
+                table = self.catalog.create_table(self.results_table, schema, properties=props)
+            except TableAlreadyExistsError:  # a concurrent run created it first
+                table = self.catalog.load_table(self.results_table)
         missing = [f.name for f in schema.fields if table.schema().find_field(f.name, case_sensitive=False) is None]
         if missing:
             log.info("adding columns %s to %s", missing, self.results_table)

@@ -25,6 +25,7 @@ GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 RAY_VERSION = "2.60.0"
 LABEL = "icebatch.io"
 MAX_NAME = 47
+METRICS_PORT = 8080  # Ray's Prometheus endpoint (vLLM engine metrics included); jobimage/k8s/podmonitor.yaml
 
 # Settings a job needs (everything else is the launcher's business).
 JOB_SETTINGS = (
@@ -34,7 +35,8 @@ JOB_SETTINGS = (
     "dtype", "max_model_len", "gpu_memory_utilization", "enable_prefix_caching", "enable_chunked_prefill",
     "max_num_batched_tokens", "max_num_seqs", "enforce_eager", "batch_size", "structured_output",
     "max_inference_error_rate", "gpu_hourly_rate", "job_ttl_seconds", "karpenter_consolidate_seconds",
-    "event_bus", "aws_region", "aws_endpoint_url", "log_level", "backend",
+    "event_bus", "aws_region", "aws_endpoint_url", "log_level", "backend", "gpu_instance_types", "worker_cpu",
+    "worker_memory", "model_load_format", "eks_cluster",
 )  # fmt: skip
 
 
@@ -134,7 +136,7 @@ def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
         "restartPolicy": "Never",
     }
     head = {
-        "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+        "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0", "metrics-export-port": str(METRICS_PORT)},
         "template": {
             "metadata": {"labels": labels(spec.consumer, spec.from_snapshot)},
             "spec": {
@@ -152,7 +154,7 @@ def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
                             {"containerPort": 6379, "name": "gcs"},
                             {"containerPort": 8265, "name": "dashboard"},
                             {"containerPort": 10001, "name": "client"},
-                            {"containerPort": 8080, "name": "metrics"},
+                            {"containerPort": METRICS_PORT, "name": "metrics"},
                         ],
                     }
                 ],
@@ -164,7 +166,7 @@ def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
         "replicas": spec.gpus,
         "minReplicas": spec.gpus,
         "maxReplicas": spec.gpus,
-        "rayStartParams": {},
+        "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
         "template": {
             "metadata": {"labels": labels(spec.consumer, spec.from_snapshot)},
             "spec": {
@@ -180,7 +182,7 @@ def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
                                         {
                                             "key": "node.kubernetes.io/instance-type",
                                             "operator": "In",
-                                            "values": list(settings.gpu_instance_types),
+                                            "values": settings.hosting_instance_types,
                                         }
                                     ]
                                 }
@@ -194,10 +196,14 @@ def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
                         "image": image,
                         "env": env,
                         "resources": {
-                            "requests": {"cpu": "3", "memory": "14Gi", "nvidia.com/gpu": "1"},
-                            "limits": {"memory": "14Gi", "nvidia.com/gpu": "1"},
+                            "requests": {
+                                "cpu": settings.worker_cpu,
+                                "memory": settings.worker_memory,
+                                "nvidia.com/gpu": "1",
+                            },
+                            "limits": {"memory": settings.worker_memory, "nvidia.com/gpu": "1"},
                         },
-                        "ports": [{"containerPort": 8080, "name": "metrics"}],
+                        "ports": [{"containerPort": METRICS_PORT, "name": "metrics"}],
                         "volumeMounts": [{"name": "model-cache", "mountPath": "/tmp/icebatch"}],
                     }
                 ],

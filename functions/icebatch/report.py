@@ -100,7 +100,10 @@ def tokenomics(e: BatchJobCompleted) -> str:
                 "GPU lifetime",
                 f"{_duration(c.gpu_lifetime_seconds)} (idle tail {_duration(c.idle_tail_seconds)})",
             ),
-            _line("hourly rate", f"{_money(c.hourly_rate)} per GPU-hour"),
+            _line(
+                "hourly rate",
+                f"{_money(c.hourly_rate)} per GPU-hour" + (f" ({c.rate_source})" if c.rate_source else ""),
+            ),
             _line("cost (engine only)", _money(c.engine_cost)),
             _line("cost (GPU lifetime)", _money(c.lifetime_cost)),
             _line("$ per 1k rows", _money(c.usd_per_1k_rows)),

@@ -27,7 +27,7 @@ PATTERNS: dict[str, dict[str, Any]] = {
         "detail": {
             "databaseName": ["${SourceDatabase}"],
             "tableName": ["${SourceTableName}"],
-            "typeOfChange": sorted(GLUE_APPEND_CHANGES),
+            "typeOfChange": list(GLUE_APPEND_CHANGES),
         },
     },
     "launcher-s3-metadata-object": {
@@ -35,7 +35,8 @@ PATTERNS: dict[str, dict[str, Any]] = {
         "detail-type": ["Object Created"],
         "detail": {
             "bucket": {"name": ["${WarehouseBucket}"]},
-            "object": {"key": [{"prefix": "${SourceTableMetadataPrefix}"}]},
+            # a commit writes manifests (.avro) before its metadata file: only the metadata file means a commit
+            "object": {"key": [{"wildcard": "${SourceTablePrefix}metadata/*.metadata.json"}]},
         },
     },
 }

@@ -23,6 +23,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from icebatch.errors import ConfigError
+from icebatch.instances import (
+    INSTANCE_TYPES,
+    BillingRate,
+    Resources,
+    billing_rate,
+    can_host,
+    parse_cpu,
+    parse_memory,
+)
 
 ENV_PREFIX = "ICEBATCH_"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
@@ -120,6 +129,14 @@ class Settings(BaseModel):
         default_factory=lambda: ["g6.xlarge", "g6.2xlarge", "g5.xlarge", "g5.2xlarge"],
         description="Allowed GPU instance types (JSON list).",
     )
+    worker_cpu: str = Field(
+        default="3", description="CPU request of a GPU worker pod (Kubernetes quantity, e.g. `3` or `3500m`)."
+    )
+    worker_memory: str = Field(
+        default="12Gi",
+        description="Memory request (and limit) of a GPU worker pod. It must fit what Karpenter leaves "
+        "allocatable on the instance types, or Karpenter buys a bigger, dearer node.",
+    )
     max_gpus: int = Field(default=4, ge=1, description="Upper bound on GPU workers of one job.")
     rows_per_gpu_hour: int = Field(
         default=120_000, ge=1, description="Planning throughput of one GPU, used to size the worker group."
@@ -141,6 +158,12 @@ class Settings(BaseModel):
         default=None,
         description="Model path, HF id or `s3://` URI (streamed with runai_streamer). Default: the tiny "
         "local model under ICEBATCH_HOME, built on first use.",
+    )
+    model_load_format: Literal["download", "runai_streamer"] = Field(
+        default="download",
+        description="How an `s3://` model reaches the engine: `download` (to the node's disk, by Ray Data LLM, "
+        "before the engine starts) or `runai_streamer` (streamed into GPU memory; needs `runai-model-streamer[s3]`, "
+        "which the job image installs).",
     )
     task_file: Path | None = Field(
         default=None, description="Task spec JSON (prompt, output schema, sampling). Default: ticket triage."
@@ -183,8 +206,11 @@ class Settings(BaseModel):
     )
 
     # --- cost ---------------------------------------------------------------------------------------
-    gpu_hourly_rate: float = Field(
-        default=0.8048, ge=0, description="$ per GPU-hour (default: g6.xlarge on-demand, us-east-1)."
+    gpu_hourly_rate: float | None = Field(
+        default=None,
+        ge=0,
+        description="$ per GPU worker-hour. Default: the on-demand price (us-east-1) of the cheapest allowed "
+        "instance type that can host the worker; reports name the type.",
     )
     karpenter_consolidate_seconds: int = Field(
         default=30, ge=0, description="Karpenter `consolidateAfter` for empty GPU nodes (idle tail)."
@@ -195,7 +221,9 @@ class Settings(BaseModel):
         default="local", description="`local` (in-process bus) or an EventBridge bus name (e.g. `default`)."
     )
     sns_topic_arn: str | None = Field(default=None, description="Topic for cost reports (reporter Lambda).")
-    aws_region: str | None = Field(default=None, description="AWS region (default: the SDK's).")
+    aws_region: str | None = Field(
+        default=None, description="AWS region. Default: `AWS_REGION` (set by Lambda), else `AWS_DEFAULT_REGION`."
+    )
     aws_endpoint_url: str | None = Field(
         default=None, description="Endpoint override for every AWS client (moto, LocalStack)."
     )
@@ -224,8 +252,22 @@ class Settings(BaseModel):
             )
         return value
 
+    @field_validator("worker_cpu")
+    @classmethod
+    def _cpu_quantity(cls, value: str) -> str:
+        parse_cpu(value)
+        return value
+
+    @field_validator("worker_memory")
+    @classmethod
+    def _memory_quantity(cls, value: str) -> str:
+        parse_memory(value)
+        return value
+
     @model_validator(mode="after")
     def _cross_checks(self) -> Settings:
+        if self.backend == "kuberay":
+            self.billing()  # some allowed instance type must be able to host the worker
         if self.backend == "kuberay" and not (self.eks_cluster or self.k8s_api_server):
             raise ValueError(
                 "backend=kuberay needs ICEBATCH_EKS_CLUSTER (or ICEBATCH_K8S_API_SERVER for a non-EKS API)"
@@ -241,6 +283,28 @@ class Settings(BaseModel):
             return self.results_table_override
         namespace, name = self.source_table.split(".")
         return f"{namespace}.{name}_{self.consumer.replace('-', '_')}_results"
+
+    @property
+    def worker_requests(self) -> Resources:
+        return Resources(cpu_milli=parse_cpu(self.worker_cpu), memory_mib=parse_memory(self.worker_memory))
+
+    def billing(self) -> BillingRate:
+        """The rate reports bill per GPU worker-hour, and the instance type it assumes."""
+        try:
+            return billing_rate(list(self.gpu_instance_types), self.worker_requests, 1, self.gpu_hourly_rate)
+        except ValueError as e:
+            raise ValueError(
+                f"{e}: lower ICEBATCH_WORKER_MEMORY/ICEBATCH_WORKER_CPU, allow bigger ICEBATCH_GPU_INSTANCE_TYPES, "
+                "or set ICEBATCH_GPU_HOURLY_RATE"
+            ) from e
+
+    @property
+    def hosting_instance_types(self) -> list[str]:
+        """The allowed instance types a worker fits (types unknown to ``icebatch.instances`` are kept)."""
+        requests = self.worker_requests
+        return [
+            t for t in self.gpu_instance_types if t not in INSTANCE_TYPES or can_host(INSTANCE_TYPES[t], requests, 1)
+        ]
 
     @property
     def home_abs(self) -> Path:
@@ -312,6 +376,9 @@ class Settings(BaseModel):
                     raise ConfigError(f"{var} must be JSON ({e.msg} at position {e.pos}); got {raw!r}") from e
             else:
                 data[key] = raw
+        if "aws_region" not in data and (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
+            # Lambda's runtime (and most shells) name the region here; the job's pods get it from the launcher
+            data["aws_region"] = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
         known = set(cls.env_names().values())
         unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in known and not _ignored(k))
         if unknown:

@@ -81,7 +81,10 @@ class Trigger:
 
 
 GLUE_DETAIL_TYPE = "Glue Data Catalog Table State Change"
-GLUE_APPEND_CHANGES = {"UpdateTable", "BatchUpdateTable", "CreateTable"}
+# A commit through an Iceberg catalog on Glue (pyiceberg, Spark, Trino, Athena) replaces the table's
+# metadata_location: "UpdateTable". Creating a table arrives as a *Database* State Change ("CreateTable")
+# and adds no rows; partition changes do not concern Iceberg tables.
+GLUE_APPEND_CHANGES = ("UpdateTable",)
 
 
 def _validate(event: dict[str, Any], model: type[BaseModel], what: str) -> Any:

@@ -35,7 +35,7 @@ def run_demo(settings: Settings, *, tickets: int = 300, batches: int = 5, out: C
     from icebatch.invoke import invoke
     from icebatch.ledger import open_ledger
 
-    from icebatch_job.job import resolve_model
+    from icebatch_job.model import resolve_model
     from icebatch_job.tickets import ensure_source_table, generate
 
     started = time.monotonic()

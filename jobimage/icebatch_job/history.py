@@ -43,6 +43,7 @@ def completed_from_ledger(settings: Settings, run_id: str | None = None) -> Batc
     engine = record.number("engine-seconds")
     job_seconds = record.number("job-seconds", engine)
     gpus = int(record.number("gpus", 1))
+    billing = settings.billing()
     cost = cost_breakdown(
         CostInputs(
             rows=int(record.number("rows")),
@@ -51,7 +52,9 @@ def completed_from_ledger(settings: Settings, run_id: str | None = None) -> Batc
             engine_seconds=engine,
             job_seconds=job_seconds,
             gpus=gpus,
-            hourly_rate=record.number("gpu-hourly-rate", settings.gpu_hourly_rate),
+            hourly_rate=record.number("gpu-hourly-rate", billing.usd_per_hour),
+            instance_type=p.get("icebatch.gpu-instance-type") or billing.instance_type,
+            rate_source=p.get("icebatch.gpu-rate-source") or billing.source,
             ttl_seconds=settings.job_ttl_seconds if settings.backend == "kuberay" else 0,
             consolidate_seconds=settings.karpenter_consolidate_seconds if settings.backend == "kuberay" else 0,
         )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from icebatch.bus import EventPublisher, load_publisher
 from icebatch.costs import CostBreakdown, CostInputs, cost_breakdown
-from icebatch.errors import IcebatchError, ModelUnavailableError, TransientError, WatermarkConflictError
+from icebatch.errors import IcebatchError, TransientError, WatermarkConflictError
 from icebatch.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts
 from icebatch.ledger import RunPlan, open_ledger
 from icebatch.report import completed_text, incremental_state
@@ -89,29 +89,6 @@ class JobResult:
         return out
 
 
-def resolve_model(settings: Settings) -> str:
-    """The configured model, or the tiny local model (built on first use).
-
-    A local model path is checked before anything starts: a missing model is a clear error, not an engine
-    actor that Ray restarts over and over.
-    """
-    if settings.model_source:
-        from pathlib import Path
-
-        from icebatch_job.runtime import is_remote_model
-
-        source = settings.model_source
-        if not is_remote_model(source) and not (Path(source) / "config.json").is_file():
-            raise ModelUnavailableError(
-                f"model {source!r} is not a model directory (no config.json). Set ICEBATCH_MODEL_SOURCE to a "
-                "local model, an s3:// prefix or a Hugging Face id, or unset it to use the tiny local model"
-            )
-        return source
-    from icebatch_job.tiny_model import build_tiny_model
-
-    return str(build_tiny_model(settings.tiny_model_dir))
-
-
 def run_job(
     settings: Settings,
     request: JobRequest | None = None,
@@ -131,6 +108,7 @@ def run_job(
     first_result_seconds = 0.0
     engine_startup_seconds = 0.0
     gpus = settings.concurrency
+    billing = settings.billing()
     publisher = publisher or load_publisher(settings)
     try:
         task = task or load_task(settings.task_file)
@@ -166,6 +144,7 @@ def run_job(
         )
 
         stage = "start"
+        from icebatch_job.model import resolve_model
         from icebatch_job.pipeline import build_pipeline
         from icebatch_job.runner import commit_results, write_results
         from icebatch_job.runtime import detect_device, init_ray, prepare_environment
@@ -215,7 +194,9 @@ def run_job(
                 "model": built.model_name,
                 "device": device,
                 "gpus": str(gpus),
-                "gpu-hourly-rate": f"{settings.gpu_hourly_rate:g}",
+                "gpu-hourly-rate": f"{billing.usd_per_hour:g}",
+                "gpu-instance-type": billing.instance_type or "",
+                "gpu-rate-source": billing.source,
                 "job-seconds": f"{time.monotonic() - t0:.3f}",
                 "first-result-seconds": f"{first_result_seconds:.3f}",
                 "engine-startup-seconds": f"{engine_startup_seconds:.3f}",
@@ -284,6 +265,7 @@ def run_job(
 def _cost(
     settings: Settings, stats: RunStats | None, engine_seconds: float, job_seconds: float, gpus: int
 ) -> CostBreakdown:
+    billing = settings.billing()
     return cost_breakdown(
         CostInputs(
             rows=stats.rows if stats else 0,
@@ -292,7 +274,9 @@ def _cost(
             engine_seconds=engine_seconds,
             job_seconds=job_seconds,
             gpus=gpus,
-            hourly_rate=settings.gpu_hourly_rate,
+            hourly_rate=billing.usd_per_hour,
+            instance_type=billing.instance_type,
+            rate_source=billing.source,
             ttl_seconds=settings.job_ttl_seconds if settings.backend == "kuberay" else 0,
             consolidate_seconds=settings.karpenter_consolidate_seconds if settings.backend == "kuberay" else 0,
         )

@@ -64,8 +64,8 @@ def engine_config(settings: Settings, model_source: str, device: str) -> EngineC
         kwargs["max_num_seqs"] = settings.max_num_seqs
     if device == "gpu":
         kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
-    if model_source.startswith("s3://"):
-        kwargs["load_format"] = "runai_streamer"
+    if model_source.startswith("s3://") and settings.model_load_format == "runai_streamer":
+        kwargs["load_format"] = "runai_streamer"  # else Ray Data LLM downloads it to the node's disk first
     return EngineConfig(
         model_source=model_source,
         model_name=model_source.rstrip("/").rsplit("/", 1)[-1],
@@ -95,7 +95,7 @@ def processor_config(cfg: EngineConfig) -> Any:
         tokenize_stage=False,
         detokenize_stage=False,  # vLLM detokenizes the output itself
         should_continue_on_error=True,  # a failed row becomes an inference_error row, not a failed job
-        log_engine_metrics=False,
+        log_engine_metrics=True,  # vLLM's metrics on Ray's Prometheus endpoint (jobimage/k8s/podmonitor.yaml)
         max_concurrent_batches=4,
         **extra,
     )

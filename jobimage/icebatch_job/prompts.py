@@ -69,7 +69,9 @@ class PromptStage:
     def __init__(self, task: TaskSpec, model_path: str, max_model_len: int, structured_output: bool) -> None:
         from transformers import AutoTokenizer
 
-        self.builder = PromptBuilder(task, AutoTokenizer.from_pretrained(model_path), max_model_len)
+        from icebatch_job.model import tokenizer_path
+
+        self.builder = PromptBuilder(task, AutoTokenizer.from_pretrained(tokenizer_path(model_path)), max_model_len)
         self.sampling = dict(task.sampling)
         if structured_output:
             self.sampling["structured_outputs"] = {"json": task.output_schema_json}

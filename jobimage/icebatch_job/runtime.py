@@ -16,11 +16,9 @@ from typing import Any
 
 from icebatch.settings import Settings
 
+from icebatch_job.model import is_remote_model
+
 log = logging.getLogger(__name__)
-
-
-def is_remote_model(source: str) -> bool:
-    return source.startswith(("s3://", "gs://", "hf://")) or (not source.startswith(("/", ".")) and "/" in source)
 
 
 def job_environment(settings: Settings, *, device: str) -> dict[str, str]:
@@ -42,6 +40,12 @@ def job_environment(settings: Settings, *, device: str) -> dict[str, str]:
     source = settings.model_source
     if source is None or not is_remote_model(source) or source.startswith("s3://"):
         env["HF_HUB_OFFLINE"] = "1"
+    # Ray Data LLM's model downloader and the run:ai streamer build their own S3 clients from the environment
+    if settings.aws_region:
+        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = settings.aws_region
+    if settings.aws_endpoint_url:
+        env["AWS_ENDPOINT_URL_S3"] = env["RUNAI_STREAMER_S3_ENDPOINT"] = settings.aws_endpoint_url
+        env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "0"
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.kv_cache_gib:g}"
     return env

@@ -68,7 +68,7 @@ def test_schemas_are_valid_json_schema() -> None:
 
 def test_launcher_patterns_route_the_sam_events() -> None:
     values = {"SourceDatabase": "support", "SourceTableName": "tickets", "WarehouseBucket": "icebatch-warehouse",
-              "SourceTableMetadataPrefix": "warehouse/support.db/tickets/metadata/"}  # fmt: skip
+              "SourceTablePrefix": "warehouse/support.db/tickets/"}  # fmt: skip
     glue = fill(PATTERNS["launcher-glue-table-change"], values)
     s3 = fill(PATTERNS["launcher-s3-metadata-object"], values)
     load = lambda name: json.loads((SAM_EVENTS / name).read_text())  # noqa: E731
@@ -76,6 +76,7 @@ def test_launcher_patterns_route_the_sam_events() -> None:
     assert not matches(glue, load("glue-other-table.json"))
     assert matches(s3, load("s3-metadata-object.json"))
     assert not matches(s3, load("s3-unrelated-object.json"))
+    assert not matches(s3, load("s3-manifest-object.json"))  # a commit writes manifests first: not a commit yet
     assert not matches(PATTERNS["reporter"], load("glue-table-change.json"))
 
 

@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 import yaml
-from icebatch.rayjob import JobSpec, build_rayjob_manifest
+from icebatch.instances import INSTANCE_TYPES, allocatable, can_host
+from icebatch.rayjob import METRICS_PORT, JobSpec, build_rayjob_manifest
 from icebatch.settings import Settings
+
+from tests.support.crd import CRDS, SHARED, manifest_errors, vendored
 
 pytestmark = pytest.mark.contract
 K8S = Path(__file__).resolve().parents[2] / "jobimage" / "k8s"
@@ -26,6 +29,85 @@ def one(kind: str) -> dict[str, Any]:
             if d["kind"] == kind:
                 return d
     raise AssertionError(f"no {kind}")
+
+
+def _spec() -> JobSpec:
+    return JobSpec(name="ib-t-init-a1", run_id="r", consumer="triage", source_table="s.t", from_snapshot=None,
+                   to_snapshot=1, backlog_rows=1, gpus=1, attempt=1, trigger="schedule")  # fmt: skip
+
+
+def _worker(settings: Settings = DEFAULTS) -> dict[str, Any]:
+    cluster = build_rayjob_manifest(settings, _spec())["spec"]["rayClusterSpec"]
+    return dict(cluster["workerGroupSpecs"][0])
+
+
+@pytest.mark.parametrize("kind", ["NodePool", "EC2NodeClass", "PodMonitor"])
+def test_manifests_are_strictly_valid_against_the_real_crds(kind: str) -> None:
+    # given the manifest as a user applies it (REPLACE-ME values are plain strings, valid as such)
+    manifest = one(kind)
+    # then the vendored CRD (Karpenter v1.14.1, prometheus-operator v0.93.0) accepts it, unknown fields refused
+    assert manifest_errors(manifest) == []
+    broken = json.loads(json.dumps(manifest))
+    broken["spec"]["unknownField"] = True
+    assert any("unknownField" in e for e in manifest_errors(broken))
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="no ../shared next to this clone")
+@pytest.mark.parametrize("kind", ["NodePool", "EC2NodeClass", "PodMonitor"])
+def test_vendored_crds_match_the_shared_ones(kind: str) -> None:
+    folder, name, _ = CRDS[kind]
+    assert vendored(folder, name) == (SHARED / folder / f"{name}.yaml").read_bytes()
+
+
+def test_node_pool_labels_are_accepted_by_every_supported_karpenter() -> None:
+    # Karpenter before v1.9 rejects template labels in the kubernetes.io and k8s.io domains; every version
+    # rejects karpenter.sh/*, karpenter.k8s.aws/* (but well-known keys) and kubernetes.io/hostname there
+    labels = one("NodePool")["spec"]["template"]["metadata"]["labels"]
+    for key in labels:
+        domain = key.split("/", 1)[0] if "/" in key else ""
+        assert not domain.endswith(("kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws")), key
+
+
+def test_the_worker_fits_every_instance_type_the_node_pool_allows() -> None:
+    # given the NodePool's instance types and the worker pod's requests
+    pool = one("NodePool")
+    requirements = {r["key"]: r["values"] for r in pool["spec"]["template"]["spec"]["requirements"]}
+    types = requirements["node.kubernetes.io/instance-type"]
+    resources = _worker()["template"]["spec"]["containers"][0]["resources"]
+    requests = DEFAULTS.worker_requests
+    assert (resources["requests"]["cpu"], resources["requests"]["memory"]) == (
+        DEFAULTS.worker_cpu,
+        DEFAULTS.worker_memory,
+    )
+    # then Karpenter's allocatable resources of each type leave room for the worker (after the DaemonSets)
+    for name in types:
+        assert name in INSTANCE_TYPES, f"{name}: add its capacity to icebatch/instances.py"
+        assert can_host(INSTANCE_TYPES[name], requests, gpus=1), (name, allocatable(INSTANCE_TYPES[name]), requests)
+    # and the families allowed are exactly those of the types (nothing listed that can never be picked)
+    assert sorted(requirements["karpenter.k8s.aws/instance-family"]) == sorted(
+        {INSTANCE_TYPES[t].family for t in types}
+    )
+    assert types == DEFAULTS.gpu_instance_types == DEFAULTS.hosting_instance_types
+
+
+def test_a_worker_too_big_for_an_xlarge_is_kept_off_it_and_billed_at_the_size_that_hosts_it() -> None:
+    # the defect: 14Gi does not fit g6.xlarge/g5.xlarge (14,162 MiB allocatable, DaemonSets aside)
+    big = DEFAULTS.with_overrides(worker_memory="14Gi")
+    assert allocatable(INSTANCE_TYPES["g6.xlarge"]).memory_mib == 14162
+    affinity = _worker(big)["template"]["spec"]["affinity"]["nodeAffinity"]
+    allowed = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert allowed[0]["values"] == ["g6.2xlarge", "g5.2xlarge"]
+    assert big.billing().instance_type == "g6.2xlarge" and big.billing().usd_per_hour == 0.9776
+    assert DEFAULTS.billing().instance_type == "g6.xlarge" and DEFAULTS.billing().usd_per_hour == 0.8048
+
+
+def test_the_pod_monitor_scrapes_the_port_ray_exports_metrics_on() -> None:
+    monitor = one("PodMonitor")
+    cluster = build_rayjob_manifest(DEFAULTS, _spec())["spec"]["rayClusterSpec"]
+    for group in (cluster["headGroupSpec"], cluster["workerGroupSpecs"][0]):
+        assert group["rayStartParams"]["metrics-export-port"] == str(METRICS_PORT)
+        ports = {p["name"]: p["containerPort"] for p in group["template"]["spec"]["containers"][0]["ports"]}
+        assert ports[monitor["spec"]["podMetricsEndpoints"][0]["port"]] == METRICS_PORT
 
 
 def test_every_manifest_has_the_required_fields() -> None:
@@ -51,9 +133,7 @@ def test_launcher_role_allows_only_what_the_launcher_does() -> None:
 
 def test_gpu_node_pool_matches_the_rayjob() -> None:
     pool, node_class = one("NodePool"), one("EC2NodeClass")
-    spec = JobSpec(name="ib-t-init-a1", run_id="r", consumer="triage", source_table="s.t", from_snapshot=None,
-                   to_snapshot=1, backlog_rows=1, gpus=1, attempt=1, trigger="schedule")  # fmt: skip
-    worker = build_rayjob_manifest(DEFAULTS, spec)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker = _worker()["template"]["spec"]
     assert pool["metadata"]["name"] == DEFAULTS.gpu_node_pool == worker["nodeSelector"]["karpenter.sh/nodepool"]
     taint = pool["spec"]["template"]["spec"]["taints"][0]
     assert any(t["key"] == taint["key"] and t["effect"] == taint["effect"] for t in worker["tolerations"])
@@ -69,12 +149,9 @@ def test_gpu_node_pool_matches_the_rayjob() -> None:
 
 def test_service_account_and_pod_monitor_match_the_job_pods() -> None:
     sa = one("ServiceAccount")
-    assert sa["metadata"]["name"] == DEFAULTS.service_account
-    assert "eks.amazonaws.com/role-arn" in sa["metadata"]["annotations"]
+    assert sa["metadata"]["name"] == DEFAULTS.service_account  # its IAM role: JobRole + JobPodIdentity in template.yaml
     monitor = one("PodMonitor")
-    spec = JobSpec(name="ib-t-init-a1", run_id="r", consumer="triage", source_table="s.t", from_snapshot=None,
-                   to_snapshot=1, backlog_rows=1, gpus=1, attempt=1, trigger="schedule")  # fmt: skip
-    cluster = build_rayjob_manifest(DEFAULTS, spec)["spec"]["rayClusterSpec"]
+    cluster = build_rayjob_manifest(DEFAULTS, _spec())["spec"]["rayClusterSpec"]
     for pod in (cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]):
         labels = pod["metadata"]["labels"]
         assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_template(ROOT / "template.yaml")
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
 FUNCTIONS = {k: v for k, v in RESOURCES.items() if v["Type"] == "AWS::Serverless::Function"}
+EVENT_FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v["Properties"].get("Events")}
 
 
 def _event(function: str, name: str) -> dict[str, Any]:
@@ -70,14 +71,21 @@ def test_no_wildcard_actions_and_scoped_resources() -> None:
     launcher = {s["Sid"]: s for s in FUNCTIONS["LauncherFunction"]["Properties"]["Policies"][0]["Statement"]}
     assert launcher["DescribeTheCluster"]["Action"] == ["eks:DescribeCluster"]
     assert "${ClusterName}" in launcher["DescribeTheCluster"]["Resource"]["Fn::Sub"]
-    assert "${WarehousePrefix}" in launcher["ReadIcebergMetadata"]["Resource"]["Fn::Sub"]
+    # the launcher reads table metadata, never data files
+    assert [r["Fn::Sub"] for r in launcher["ReadIcebergMetadataOnly"]["Resource"]] == [
+        "arn:${AWS::Partition}:s3:::${WarehouseBucket}/${SourceTablePrefix}metadata/*",
+        "arn:${AWS::Partition}:s3:::${WarehouseBucket}/${ResultsTablePrefix}metadata/*",
+    ]
     assert all("table/${SourceDatabase}/" in r["Fn::Sub"] for r in launcher["ReadIcebergTables"]["Resource"][2:])
+    assert launcher["AnnounceJobsAndReportSilentFailures"]["Condition"] == {
+        "StringEquals": {"events:source": ["icebatch"]}
+    }
     reporter = FUNCTIONS["ReporterFunction"]["Properties"]["Policies"]
     assert {"SNSPublishMessagePolicy": {"TopicName": {"Fn::GetAtt": ["ReportsTopic", "TopicName"]}}} in reporter
 
 
 def test_every_function_has_an_on_failure_destination_and_every_rule_a_dead_letter_queue() -> None:
-    for name, fn in FUNCTIONS.items():
+    for name, fn in EVENT_FUNCTIONS.items():
         on_failure = fn["Properties"]["EventInvokeConfig"]["DestinationConfig"]["OnFailure"]
         assert on_failure["Type"] == "SQS", name
         assert fn["Properties"]["EventInvokeConfig"]["MaximumRetryAttempts"] <= 2, name
@@ -98,9 +106,85 @@ def test_function_environment_names_are_real_settings() -> None:
 
 def test_sam_env_json_and_event_files_cover_every_trigger() -> None:
     env = json.loads((ROOT / "sam" / "env.json").read_text())
-    assert set(env) == set(FUNCTIONS)
+    assert set(env) == set(EVENT_FUNCTIONS)
     assert env["LauncherFunction"]["ICEBATCH_DRY_RUN"] == "true"  # poking with sam local invoke launches nothing
     events = {p.name for p in (ROOT / "sam" / "events").glob("*.json")}
     for required in ("schedule.json", "glue-table-change.json", "s3-metadata-object.json", "manual.json",
                      "manual-dry-run.json", "completed.json", "failed.json"):  # fmt: skip
         assert required in events
+
+
+def test_dead_letter_queues_accept_only_the_stacks_own_rules() -> None:
+    # given each queue policy, then EventBridge may send to it only on behalf of the rules that use it
+    for queue, function in (
+        ("LauncherDeadLetterQueue", "LauncherFunction"),
+        ("ReporterDeadLetterQueue", "ReporterFunction"),
+    ):
+        [policy] = [
+            r
+            for r in RESOURCES.values()
+            if r["Type"] == "AWS::SQS::QueuePolicy" and r["Properties"]["Queues"] == [{"Ref": queue}]
+        ]
+        rules = sorted(
+            f"{function}{name}"
+            for name, e in FUNCTIONS[function]["Properties"]["Events"].items()
+            if e["Type"] == "EventBridgeRule"
+        )
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            assert statement["Principal"] == {"Service": "events.amazonaws.com"}, statement
+            arns = statement["Condition"]["ArnEquals"]["aws:SourceArn"]
+            arns = arns if isinstance(arns, list) else [arns]
+            assert sorted(a["Fn::GetAtt"][0] for a in arns) == rules
+
+
+def test_the_nightly_schedule_is_named_per_stack() -> None:
+    # SAM names a ScheduleV2 after its logical id unless told otherwise: two stacks in one account collide
+    nightly = _event("LauncherFunction", "Nightly")
+    assert nightly.get("OmitName") is True or "${AWS::StackName}" in str(nightly.get("Name", ""))
+
+
+def test_glue_changes_are_only_real_table_commits() -> None:
+    pattern = _event("LauncherFunction", "GlueTableChange")["Pattern"]
+    # BatchUpdateTable is not a Glue API; CreateTable arrives as a *Database* State Change
+    assert pattern["detail"]["typeOfChange"] == ["UpdateTable"]
+
+
+def test_s3_events_match_only_metadata_files() -> None:
+    pattern = refs_as_placeholders(_event("LauncherFunction", "MetadataObjectCreated")["Pattern"])
+    assert pattern["detail"]["object"]["key"] == [{"wildcard": "${SourceTablePrefix}metadata/*.metadata.json"}]
+
+
+def test_every_permanent_error_metric_has_an_alarm() -> None:
+    from icebatch.handlers import PERMANENT_ERROR_METRICS
+
+    alarms = {
+        (r["Properties"]["MetricName"], tuple((d["Name"], d["Value"]) for d in r["Properties"]["Dimensions"]))
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        and r["Properties"].get("Namespace") == {"Fn::Sub": "icebatch/${AWS::StackName}"}
+    }
+    for service, names in PERMANENT_ERROR_METRICS.items():
+        for name in names:
+            assert (name, (("service", service),)) in alarms, (service, name)
+    assert TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"] == {
+        "Fn::Sub": "icebatch/${AWS::StackName}"
+    }
+
+
+def test_a_private_cluster_endpoint_can_be_reached_from_a_vpc() -> None:
+    vpc = FUNCTIONS["LauncherFunction"]["Properties"]["VpcConfig"]["Fn::If"]
+    assert vpc[0] == "LauncherInVpc" and vpc[1]["SubnetIds"] == {"Ref": "LauncherSubnetIds"}
+    assert vpc[2] == {"Ref": "AWS::NoValue"}
+
+
+def test_the_job_has_its_own_least_privilege_identity() -> None:
+    role = RESOURCES["JobRole"]["Properties"]
+    [trust] = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    statements = {s["Sid"]: s for s in role["Policies"][0]["PolicyDocument"]["Statement"]}
+    assert statements["ReportCompletionAndFailure"]["Condition"] == {"StringEquals": {"events:source": ["icebatch"]}}
+    writes = statements["WriteTheResultsTable"]["Resource"]["Fn::Sub"]
+    assert writes.endswith("${WarehouseBucket}/${ResultsTablePrefix}*")
+    association = RESOURCES["JobPodIdentity"]["Properties"]
+    assert association["RoleArn"] == {"Fn::GetAtt": ["JobRole", "Arn"]}
+    assert association["ServiceAccount"] == {"Ref": "JobServiceAccount"}

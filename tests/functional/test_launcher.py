@@ -45,7 +45,9 @@ def event(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def k8s(aws_endpoint: str) -> Iterator[RayJobApi]:
-    api = RayJobApi(namespaces={"icebatch"}, verify_token=sts_token_verifier(CLUSTER), forbidden_namespaces={"locked"})
+    api = RayJobApi(
+        namespaces={"icebatch"}, verify_token=sts_token_verifier(CLUSTER, aws_endpoint), forbidden_namespaces={"locked"}
+    )
     api.url = api.start()  # type: ignore[attr-defined]
     yield api
     api.stop()
@@ -138,7 +140,9 @@ def test_fifty_concurrent_launches_make_exactly_one_job(settings: Settings, k8s:
     # given a backlog, and 50 launchers of which half see one more snapshot than the others
     s = kube(settings, k8s, aws_endpoint)
     tickets(s, 80)
-    before, after = threading.Barrier(25), threading.Barrier(50)
+    # the 25 early launchers and this thread meet once the early ones have read the metadata (however slow
+    # their first imports), so the append below really lands between the two views
+    before, after = threading.Barrier(26), threading.Barrier(50)
     appended = threading.Event()
 
     class Racing(ResultsLedger):
@@ -152,8 +156,8 @@ def test_fifty_concurrent_launches_make_exactly_one_job(settings: Settings, k8s:
                 appended.wait(30)
             result = super().backlog(**kw)
             if self.early:
-                before.wait(30)
-            after.wait(30)  # everyone has computed a backlog: now all submit at once
+                before.wait(60)
+            after.wait(60)  # everyone has computed a backlog: now all submit at once
             return result
 
     decisions: list[dict[str, Any]] = []
@@ -172,6 +176,7 @@ def test_fifty_concurrent_launches_make_exactly_one_job(settings: Settings, k8s:
     threads = [threading.Thread(target=one, args=(i < 25,)) for i in range(50)]
     for t in threads[:25]:
         t.start()
+    before.wait(60)
     tickets(s, 10, seed=1)
     appended.set()
     for t in threads[25:]:
@@ -358,10 +363,23 @@ def test_the_launcher_path_imports_no_pyarrow_ray_or_vllm(settings: Settings) ->
     assert done.stdout.strip().splitlines()[-1] == "dry_run"
 
 
-def test_session_credentials_sign_the_token(aws_endpoint: str) -> None:
+@pytest.mark.parametrize(
+    ("region", "host"),
+    [
+        ("us-east-1", "sts.us-east-1.amazonaws.com"),
+        ("cn-north-1", "sts.cn-north-1.amazonaws.com.cn"),
+        ("us-gov-west-1", "sts.us-gov-west-1.amazonaws.com"),
+    ],
+)
+def test_tokens_carry_the_partitions_real_sts_endpoint_whatever_the_override(
+    region: str, host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from icebatch.backends.eks_auth import decode_token, mint_token
 
-    session = boto3.session.Session(region_name=REGION, aws_access_key_id="AKIATEST", aws_secret_access_key="x")
-    url = decode_token(mint_token(session, CLUSTER, REGION))
-    assert url.startswith(f"https://sts.{REGION}.amazonaws.com/?Action=GetCallerIdentity")
+    # given an endpoint override for every AWS client (as in these tests, or LocalStack)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    session = boto3.session.Session(region_name=region, aws_access_key_id="AKIATEST", aws_secret_access_key="x")
+    # when a token is minted, then it names the real STS endpoint of the region's partition (EKS checks it)
+    url = decode_token(mint_token(session, CLUSTER, region))
+    assert url.startswith(f"https://{host}/?Action=GetCallerIdentity")
     assert "X-Amz-Expires=60" in url and "x-k8s-aws-id" in url and "AKIATEST" in url

@@ -183,7 +183,7 @@ def test_events_for_other_detail_types_are_rejected(aws_settings: Settings) -> N
 # --------------------------------------------------------------------------------------------------
 @pytest.fixture
 def k8s(aws_endpoint: str) -> Iterator[RayJobApi]:
-    api = RayJobApi(verify_token=sts_token_verifier("icebatch-test"))
+    api = RayJobApi(verify_token=sts_token_verifier("icebatch-test", aws_endpoint))
     api.url = api.start()  # type: ignore[attr-defined]
     yield api
     api.stop()

@@ -10,7 +10,9 @@ the presigned STS URL inside is called (against moto's STS) and must sign the ``
 from __future__ import annotations
 
 import json
+import re
 import socket
+import ssl
 import threading
 import urllib.parse
 import urllib.request
@@ -23,21 +25,29 @@ from typing import Any
 from icebatch.backends.eks_auth import CLUSTER_HEADER, decode_token
 
 from tests.support.crd import errors as crd_errors
+from tests.support.tls import ServerCert
 
 PREFIX = "/apis/ray.io/v1/namespaces/"
 
 
-def sts_token_verifier(cluster: str) -> Callable[[str], str]:
-    """Verify an EKS token by calling its presigned GetCallerIdentity URL (moto's STS in tests).
+# The hosts EKS (aws-iam-authenticator) accepts in a token's presigned URL: real STS endpoints only.
+STS_HOST = re.compile(r"^sts(\.[a-z0-9-]+)?\.amazonaws\.com(\.cn)?$")
 
-    moto's server picks the service from an ``Authorization`` header's credential scope and ignores the
-    host, so a query-signed URL would land on its S3 backend; the URL's own credential and signature are
-    restated as a header to route it to STS (moto does not check signatures either way).
+
+def sts_token_verifier(cluster: str, sts_endpoint: str) -> Callable[[str], str]:
+    """Verify an EKS token as EKS does: a real STS host, a signed ``x-k8s-aws-id``, then call the URL.
+
+    The call goes to ``sts_endpoint`` (moto's STS in tests) with the token's own path and query. moto's
+    server picks the service from an ``Authorization`` header's credential scope and ignores the host, so
+    a query-signed URL would land on its S3 backend; the URL's own credential and signature are restated
+    as a header to route it to STS (moto does not check signatures either way).
     """
 
     def verify(token: str) -> str:
-        url = decode_token(token)
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        url = urllib.parse.urlsplit(decode_token(token))
+        if url.scheme != "https" or not STS_HOST.match(url.hostname or ""):
+            raise PermissionError(f"token is not signed for a real STS endpoint: {url.scheme}://{url.netloc}")
+        query = urllib.parse.parse_qs(url.query)
         signed = query.get("X-Amz-SignedHeaders", [""])[0].split(";")
         if CLUSTER_HEADER not in signed:
             raise PermissionError("token does not sign x-k8s-aws-id")
@@ -47,7 +57,8 @@ def sts_token_verifier(cluster: str) -> Callable[[str], str]:
             f"AWS4-HMAC-SHA256 Credential={query['X-Amz-Credential'][0]}, "
             f"SignedHeaders={query['X-Amz-SignedHeaders'][0]}, Signature={query['X-Amz-Signature'][0]}"
         )
-        request = urllib.request.Request(url, headers={CLUSTER_HEADER: cluster, "Authorization": routing})
+        target = f"{sts_endpoint.rstrip('/')}{url.path or '/'}?{url.query}"
+        request = urllib.request.Request(target, headers={CLUSTER_HEADER: cluster, "Authorization": routing})
         with urllib.request.urlopen(request, timeout=10) as r:
             body = r.read().decode()
         if "<Arn>" not in body:
@@ -128,7 +139,7 @@ class RayJobApi:
         return sum(1 for method, _, code in self.requests if method == "POST" and code == 201)
 
     # --- lifecycle -----------------------------------------------------------------------------
-    def start(self) -> str:
+    def start(self, tls: ServerCert | None = None) -> str:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -168,8 +179,14 @@ class RayJobApi:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        scheme = "http"
+        if tls is not None:  # as EKS serves it: HTTPS with the cluster's own CA
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(tls.cert_file, tls.key_file)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
         if self._server is not None:

@@ -101,3 +101,14 @@ def test_failure_report_says_what_happens_next() -> None:
     )
     assert "range stays pending" in failed_text(e)
     assert subject(e) == "icebatch triage: FAILED (OutOfMemoryError) at inference"
+
+
+def test_the_report_names_the_instance_type_and_where_its_rate_comes_from() -> None:
+    from icebatch.settings import Settings
+
+    # given the defaults (no configured rate): the cheapest allowed type that hosts the worker
+    billing = Settings().billing()
+    costs = _costs(hourly_rate=billing.usd_per_hour, instance_type=billing.instance_type, rate_source=billing.source)
+    text = completed_text(_completed(cost=costs))
+    assert "hourly rate           : $0.8048 per GPU-hour (g6.xlarge on-demand (us-east-1))" in text
+    assert costs.instance_type == "g6.xlarge"

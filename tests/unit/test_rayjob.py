@@ -90,9 +90,10 @@ def test_job_env_carries_the_job_settings_only() -> None:
     env = {e["name"]: e["value"] for e in job_env(S, spec())}
     assert env["ICEBATCH_CATALOG_TYPE"] == "glue" and env["ICEBATCH_MODEL_SOURCE"] == "s3://models/llama-3.1-8b/"
     assert env["ICEBATCH_CONCURRENCY"] == "2" and env["ICEBATCH_BACKEND"] == "kuberay"
-    assert "ICEBATCH_EKS_CLUSTER" not in env and "ICEBATCH_BACKLOG_THRESHOLD" not in env
-    reparsed = Settings.from_env({**env, "ICEBATCH_EKS_CLUSTER": "prod"})  # the job can read it back
+    assert "ICEBATCH_BACKLOG_THRESHOLD" not in env and "ICEBATCH_JOB_IMAGE" not in env
+    reparsed = Settings.from_env(env)  # the pod reads back exactly what it was given, nothing else
     assert reparsed.concurrency == 2 and reparsed.warehouse == "s3://wh/warehouse"
+    assert reparsed.billing() == S.billing()
 
 
 @pytest.mark.parametrize(

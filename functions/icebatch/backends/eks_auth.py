@@ -30,7 +30,19 @@ class ClusterInfo:
 _CLUSTERS: dict[str, ClusterInfo] = {}
 
 
-def mint_token(session: Any, cluster: str, region: str, *, sts_endpoint: str | None = None) -> str:
+def sts_endpoint(session: Any, region: str) -> str:
+    """The regional STS endpoint of ``region``'s partition (``sts.cn-north-1.amazonaws.com.cn`` in China).
+
+    EKS calls the URL inside the token itself and accepts only real STS hosts, so no endpoint override
+    (``AWS_ENDPOINT_URL``, ``ICEBATCH_AWS_ENDPOINT_URL``) may leak into it.
+    """
+    from botocore.config import Config
+
+    client = session.client("sts", region_name=region, config=Config(ignore_configured_endpoint_urls=True))
+    return str(client.meta.endpoint_url)
+
+
+def mint_token(session: Any, cluster: str, region: str) -> str:
     """A bearer token for the cluster, signed with the session's credentials."""
     from botocore.model import ServiceId
     from botocore.signers import RequestSigner
@@ -39,11 +51,10 @@ def mint_token(session: Any, cluster: str, region: str, *, sts_endpoint: str | N
     if credentials is None:
         raise ConfigError("no AWS credentials to sign the EKS token with (the function's role provides them)")
     signer = RequestSigner(ServiceId("sts"), region, "sts", "v4", credentials, session.events)
-    endpoint = sts_endpoint or f"https://sts.{region}.amazonaws.com"
     url = signer.generate_presigned_url(
         {
             "method": "GET",
-            "url": f"{endpoint.rstrip('/')}/?Action=GetCallerIdentity&Version=2011-06-15",
+            "url": f"{sts_endpoint(session, region).rstrip('/')}/?Action=GetCallerIdentity&Version=2011-06-15",
             "body": {},
             "headers": {CLUSTER_HEADER: cluster},
             "context": {},

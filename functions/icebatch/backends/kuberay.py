@@ -61,7 +61,7 @@ class KubeRayBackend(JobBackend):
             eks = session.client("eks", region_name=region, endpoint_url=settings.aws_endpoint_url)
             info = cluster_info(eks, cluster)
             host, ca_file = info.endpoint, info.ca_file
-        token = mint_token(session, cluster, region, sts_endpoint=settings.aws_endpoint_url)
+        token = mint_token(session, cluster, region)
         cfg = client.Configuration()
         cfg.host = host
         cfg.api_key = {"authorization": token}

@@ -10,6 +10,14 @@ from icebatch.settings import Settings
 
 _settings: Settings | None = None
 
+# Metrics counting permanent errors: answered without a retry (a retry cannot succeed), so no dead letter
+# records them. They are published with the `service` dimension alone, which template.yaml's alarms watch
+# (per-consumer figures carry an extra dimension set).
+PERMANENT_ERROR_METRICS = {
+    "launcher": ("LaunchErrors", "InvalidEvents"),
+    "reporter": ("ReportErrors", "InvalidEvents"),
+}
+
 
 def current_settings() -> Settings:
     global _settings

@@ -20,7 +20,7 @@ from icebatch.settings import Settings
 
 logger = Logger(service="icebatch-launcher")
 tracer = Tracer(service="icebatch-launcher")
-metrics = Metrics(namespace="icebatch", service="launcher")
+metrics = Metrics(service="launcher")  # namespace: POWERTOOLS_METRICS_NAMESPACE (icebatch/<stack> in AWS)
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -31,7 +31,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
     try:
         s = current_settings()
-        metrics.add_dimension(name="consumer", value=s.consumer)
+        metrics.add_dimensions(consumer=s.consumer)
         trigger = parse_trigger(event)
         outcome = _launch(trigger, s)
     except InvalidEventError as e:

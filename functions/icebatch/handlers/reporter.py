@@ -21,7 +21,7 @@ from icebatch.handlers import current_settings
 
 logger = Logger(service="icebatch-reporter")
 tracer = Tracer(service="icebatch-reporter")
-metrics = Metrics(namespace="icebatch", service="reporter")
+metrics = Metrics(service="reporter")  # namespace: POWERTOOLS_METRICS_NAMESPACE (icebatch/<stack> in AWS)
 
 IDEMPOTENCY = IdempotencyConfig(
     event_key_jmespath='["detail-type", detail.run_id || id]',
@@ -93,7 +93,7 @@ def _first(e: Any) -> str:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
         s = current_settings()
-        metrics.add_dimension(name="consumer", value=s.consumer)
+        metrics.add_dimensions(consumer=s.consumer)
         detail = parse_detail(event)
         IDEMPOTENCY.register_lambda_context(context)
         result = _reporter()(event=event)

@@ -1,0 +1,95 @@
+"""Where the model comes from: a local folder, the tiny local model, an ``s3://`` prefix or a hub id.
+
+``s3://`` models are loaded the way Ray Data LLM loads them: its vLLM stage downloads the model to the
+node's disk (``ICEBATCH_MODEL_LOAD_FORMAT=download``), or downloads only the config and tokenizer and
+streams the weights (``runai_streamer``). The prompt stage needs the tokenizer too, on whatever node it
+runs: ``tokenizer_path`` fetches the tokenizer files with the same downloader, into the same cache.
+
+``check_model`` runs on the driver before Ray starts, so that a wrong path or a missing permission is
+one clear error instead of an engine actor that Ray restarts over and over.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from icebatch.errors import ModelUnavailableError, TransientError
+from icebatch.settings import Settings
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+MODEL_FIX = (
+    "Set ICEBATCH_MODEL_SOURCE to a local model folder, an s3:// prefix holding config.json, the tokenizer "
+    "and *.safetensors, or a Hugging Face id; or unset it to use the tiny local model"
+)
+
+
+def is_remote_model(source: str) -> bool:
+    """An object-store prefix or a hub id (``org/name``), as opposed to a local folder."""
+    return source.startswith(("s3://", "gs://", "hf://")) or (not source.startswith(("/", ".")) and "/" in source)
+
+
+def resolve_model(settings: Settings) -> str:
+    """The configured model (checked), or the tiny local model (built on first use)."""
+    if settings.model_source:
+        check_model(settings, settings.model_source)
+        return settings.model_source
+    from icebatch_job.tiny_model import build_tiny_model
+
+    return str(build_tiny_model(settings.tiny_model_dir))
+
+
+def check_model(settings: Settings, source: str) -> None:
+    """Fail fast, with the fix, when the model cannot be read from where it is said to be."""
+    if source.startswith("s3://"):
+        _check_s3_model(settings, source)
+    elif not is_remote_model(source) and not (Path(source) / "config.json").is_file():
+        raise ModelUnavailableError(f"model {source!r} is not a model folder (no config.json). {MODEL_FIX}")
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    return bucket, prefix.rstrip("/") + "/" if prefix else ""
+
+
+def _check_s3_model(settings: Settings, source: str) -> None:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, prefix = _split_s3(source)
+    s3 = boto3.client("s3", region_name=settings.aws_region, endpoint_url=settings.aws_endpoint_url)
+    try:
+        s3.head_object(Bucket=bucket, Key=prefix + "config.json")
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code in {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}:
+            raise ModelUnavailableError(f"no config.json under {source} ({code}). {MODEL_FIX}") from e
+        if code in {"403", "AccessDenied", "Forbidden"}:
+            raise ModelUnavailableError(
+                f"the job may not read {source} ({code}): grant its role s3:GetObject on the prefix and "
+                "s3:ListBucket on the bucket for it (template.yaml: JobRole)"
+            ) from e
+        raise TransientError(f"could not check the model at {source} ({code})") from e
+    except BotoCoreError as e:
+        raise TransientError(f"could not reach S3 to check the model at {source}: {e}") from e
+
+
+def tokenizer_path(source: str) -> str:
+    """A local folder holding the model's tokenizer (downloaded from ``s3://``/``gs://`` first)."""
+    if not source.startswith(("s3://", "gs://")):
+        return source
+    from ray.llm._internal.common.utils.download_utils import NodeModelDownloadable, download_model_files
+
+    local: Any = download_model_files(
+        model_id=source,
+        mirror_config=None,
+        download_model=NodeModelDownloadable.TOKENIZER_ONLY,
+        download_extra_files=False,
+    )
+    # the downloader logs a failed download and returns a path anyway: look before trusting it
+    if not local or not any((Path(local) / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelUnavailableError(
+            f"could not download the tokenizer of {source} (got {local!r}); check the prefix and that the job's "
+            "role may s3:GetObject/s3:ListBucket it"
+        )
+    return str(local)

@@ -1,0 +1,301 @@
+"""The production path, end to end, against real AWS APIs (moto over HTTP) and the real KubeRay CRD.
+
+Production settings throughout: the template as deployed (SAM-transformed), a Glue catalog with an
+``s3://`` warehouse, an ``s3://`` model loaded the way production loads it, the kuberay backend reaching
+an HTTPS API server whose endpoint and CA come from ``eks:DescribeCluster`` with an STS-signed token,
+events routed by the deployed rules, reports through SNS, idempotency in DynamoDB. The only difference
+from AWS: every AWS client is pointed at moto (``ICEBATCH_AWS_ENDPOINT_URL``), functions run as local
+processes fed from their rules' inboxes, and the RayJob's entrypoint runs here with its pod's
+environment (and local paths).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from icebatch.catalog import open_catalog
+from icebatch.ledger import open_ledger
+from icebatch.settings import Settings
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+
+from tests.aws.deploy import ACCOUNT, Deployed, access_key, deploy
+from tests.support.aws import CREDS, REGION, client, moto_server
+from tests.support.crd import VERSIONS, errors
+from tests.support.iam_audit import Recorder, denied, role_statements
+from tests.support.k8s_api import RayJobApi, sts_token_verifier
+from tests.support.tls import server_cert
+
+pytestmark = pytest.mark.aws
+STACK = "icebatch-dev"
+NAMESPACE = "icebatch"
+JOB_TIMEOUT = 900
+
+
+@dataclass
+class World:
+    deployed: Deployed
+    k8s: RayJobApi
+    endpoint: str
+    bucket: str
+    database: str
+    cluster: str
+    home: Path
+    reports: str  # a queue subscribed to the reports topic (as an SQS subscriber of the reports would be)
+    recorder: Recorder  # every AWS call, by access key
+
+    def launcher_settings(self, **env: str) -> Settings:
+        lambda_env = self.deployed.lambda_env("LauncherFunction", **env)
+        return Settings.from_env({k: v for k, v in lambda_env.items() if k.startswith(("ICEBATCH_", "AWS_"))})
+
+
+def _eks_cluster(endpoint: str, name: str, api_url: str, ca_pem: bytes) -> None:
+    """An EKS cluster in moto whose DescribeCluster names the tests' HTTPS API server and its CA."""
+    from moto.backends import get_backend
+
+    client("eks", endpoint).create_cluster(
+        name=name, roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks", resourcesVpcConfig={"subnetIds": []}
+    )
+    cluster = get_backend("eks")[ACCOUNT][REGION].clusters[name]
+    cluster.endpoint = api_url
+    cluster.certificate_authority = {"data": base64.b64encode(ca_pem).decode()}
+
+
+def _upload_model(endpoint: str, model: Path, bucket: str, prefix: str) -> None:
+    s3 = client("s3", endpoint)
+    s3.create_bucket(Bucket=bucket)
+    for path in sorted(model.iterdir()):
+        s3.upload_file(str(path), bucket, prefix + path.name)
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[tuple[str, Recorder]]:
+    """A moto server of this module's own that records who called what (for the IAM audit)."""
+    recorders: list[Recorder] = []
+
+    def wrap(app: Any) -> Recorder:
+        recorders.append(Recorder(app))
+        return recorders[-1]
+
+    with moto_server(recorder=wrap) as endpoint:
+        yield endpoint, recorders[0]
+
+
+@pytest.fixture(scope="module")
+def world(
+    recorded: tuple[str, Recorder], tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
+    aws_endpoint, recorder = recorded
+    home = tmp_path_factory.mktemp("aws")
+    suffix = uuid.uuid4().hex[:8]
+    bucket, models, database, cluster = f"wh-{suffix}", f"models-{suffix}", f"support_{suffix}", f"eks-{suffix}"
+    client("s3", aws_endpoint).create_bucket(Bucket=bucket)
+    _upload_model(aws_endpoint, tiny_model, models, "tiny-llama/")
+    k8s = RayJobApi(namespaces={NAMESPACE}, verify_token=sts_token_verifier(cluster, aws_endpoint))
+    tls = server_cert(home / "tls")
+    _eks_cluster(aws_endpoint, cluster, k8s.start(tls=tls), tls.ca_pem)
+    parameters = {
+        "ClusterName": cluster,
+        "WarehouseBucket": bucket,
+        "WarehousePrefix": "warehouse/",
+        "SourceDatabase": database,
+        "SourceTablePrefix": f"warehouse/{database}.db/tickets/",
+        "ResultsTablePrefix": f"warehouse/{database}.db/tickets_triage_results/",
+        "ModelBucket": models,
+        "ModelPrefix": "tiny-llama/",
+        "JobImage": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/icebatch-job:test",
+        "BacklogThreshold": "50",
+    }
+    deployed = deploy(STACK, parameters, endpoint=aws_endpoint, home=home)
+    sqs = client("sqs", aws_endpoint)
+    reports = sqs.create_queue(QueueName=f"reports-{suffix}")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=reports, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    client("sns", aws_endpoint).subscribe(
+        TopicArn=deployed.stack.physical["ReportsTopic"], Protocol="sqs", Endpoint=arn
+    )
+    yield World(deployed, k8s, aws_endpoint, bucket, database, cluster, home, reports, recorder)
+    k8s.stop()
+
+
+def _run_like_the_pod(world: World, manifest: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """The RayJob's entrypoint, run as KubeRay's submitter runs it: on the head, with the head's environment."""
+    head = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    pod_env = {e["name"]: e["value"] for e in head["env"]}
+    env = {
+        **pod_env,
+        # what the pod gets from elsewhere: EKS Pod Identity's credentials, and local paths
+        "AWS_ACCESS_KEY_ID": access_key("JobRole"),
+        "AWS_SECRET_ACCESS_KEY": CREDS["AWS_SECRET_ACCESS_KEY"],
+        "ICEBATCH_HOME": str(world.home / "pod"),  # the pod's emptyDir (ICEBATCH_HOME=/tmp/icebatch there)
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "PYTHONPATH": os.environ["PYTHONPATH"],
+        "HOME": str(world.home / "pod-home"),
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    assert "AWS_REGION" not in env and "AWS_DEFAULT_REGION" not in env  # a pod has none: the manifest must say
+    return subprocess.run(
+        shlex.split(manifest["spec"]["entrypoint"]), capture_output=True, text=True, env=env, timeout=JOB_TIMEOUT
+    )
+
+
+def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world: World) -> None:
+    d = world.deployed
+    # given tickets committed to the source table in Glue (the warehouse in S3, its EventBridge turned on)
+    s = world.launcher_settings()
+    table = ensure_source_table(open_catalog(s), s.source_table)
+    snapshot = append_tickets(table, generate_tickets(60, random.Random(5)))
+
+    # then S3's "Object Created" events reach the launcher only for the commits' metadata files
+    s3_events = d.drain("LauncherFunction", expect=2)
+    keys = [e["detail"]["object"]["key"] for e in s3_events if e["source"] == "aws.s3"]
+    assert keys and all(k.startswith(f"warehouse/{world.database}.db/tickets/metadata/") for k in keys)
+    assert all(k.endswith(".metadata.json") for k in keys), keys  # no manifest (.avro) or data file
+
+    # and of Glue's events, only a table's UpdateTable reaches it
+    glue = client("events", world.endpoint)
+    detail = {"databaseName": world.database, "tableName": "tickets", "typeOfChange": "UpdateTable"}
+    glue.put_events(
+        Entries=[
+            {"Source": "aws.glue", "DetailType": "Glue Data Catalog Table State Change", "Detail": json.dumps(detail)},
+            {
+                "Source": "aws.glue",
+                "DetailType": "Glue Data Catalog Table State Change",
+                "Detail": json.dumps({**detail, "typeOfChange": "BatchUpdateTable"}),
+            },
+            {
+                "Source": "aws.glue",
+                "DetailType": "Glue Data Catalog Database State Change",
+                "Detail": json.dumps(
+                    {"databaseName": world.database, "typeOfChange": "CreateTable", "changedTables": ["tickets"]}
+                ),
+            },
+        ]
+    )
+    [glue_event] = d.drain("LauncherFunction", expect=1)
+    assert glue_event["detail"]["typeOfChange"] == "UpdateTable"
+
+    # when the launcher is invoked with the newest metadata event
+    launch = d.invoke("LauncherFunction", s3_events[-1])
+    decision = launch.response["decision"]
+
+    # then it launched a RayJob through the API server EKS names (HTTPS, the cluster's CA, an STS-signed token)
+    assert decision["decision"] == "launch", decision
+    assert (decision["backlog_rows"], decision["current_snapshot_id"], decision["origin"]) == (60, snapshot, "s3")
+    [name] = world.k8s.names(NAMESPACE)
+    manifest = world.k8s.objects[(NAMESPACE, name)]
+    assert world.k8s.identities and world.k8s.identities[-1].startswith("arn:aws:sts::")
+    for version in VERSIONS:  # the API server checked v1.7.0 strictly; v1.6.1 accepts it too
+        assert errors({k: v for k, v in manifest.items() if k != "status"}, version) == []
+    # and the same event again (EventBridge delivers at least once) is "already launched"
+    again = d.invoke("LauncherFunction", glue_event).response["decision"]
+    assert again["decision"] == "already_launched", (again, glue_event)
+
+    # when the job runs with exactly the pod's command line and environment
+    done = _run_like_the_pod(world, manifest)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert "BATCH SUMMARY" in done.stdout and "TOKENOMICS" in done.stdout
+
+    # then the results and the watermark are in Glue/S3, in one commit
+    ledger = open_ledger(s)
+    assert ledger.watermark().source_snapshot_id == snapshot
+    results = ledger.results()
+    assert results is not None and results.metadata.location.startswith(f"s3://{world.bucket}/warehouse/")
+    rows = results.scan(selected_fields=("source_id", "status")).to_arrow().to_pylist()
+    assert len(rows) == 60 and len({r["source_id"] for r in rows}) == 60
+
+    # and the completion event went through the deployed reporter rule (the launcher's announcement did not)
+    [completed] = d.drain("ReporterFunction", expect=1)
+    assert completed["detail-type"] == "Batch Job Completed" and completed["detail"]["rows"] == 60
+
+    # when the reporter gets it, twice (at-least-once delivery)
+    first = d.invoke("ReporterFunction", completed).response
+    second = d.invoke("ReporterFunction", completed).response
+    assert first == second and first["status"] == "reported"
+
+    # then one report reached the topic's subscribers, naming the instance type and rate it billed
+    reports = _topic_messages(world)
+    assert len(reports) == 1, reports
+    report = json.loads(reports[0]["Message"])
+    assert report["cost"]["instance_type"] == "g6.xlarge"
+    assert (
+        report["cost"]["rate_source"] == "g6.xlarge on-demand (us-east-1)" and report["cost"]["hourly_rate"] == 0.8048
+    )
+    assert reports[0]["Subject"].startswith("icebatch triage: 60 tickets, $")
+    assert reports[0]["MessageAttributes"]["consumer"]["Value"] == "triage"
+
+    # and the nightly schedule, as deployed, finds nothing new once the job is done
+    world.k8s.set_status(name, NAMESPACE, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
+    nightly = d.invoke("LauncherFunction", d.schedule_input("LauncherFunctionNightly")).response["decision"]
+    assert (nightly["decision"], nightly["reason"]) == ("skip", "nothing new since the watermark")
+
+    # and every AWS call each part made was allowed by its role as deployed (least privilege, and enough)
+    for role in ("LauncherFunctionRole", "ReporterFunctionRole", "JobRole", "WarehouseEventBridgeFunctionRole"):
+        calls = world.recorder.by(access_key(role))
+        assert calls, f"{role} made no call: the audit would prove nothing"
+        assert denied(calls, role_statements(d.stack, role)) == [], role
+
+
+def _topic_messages(world: World) -> list[dict[str, Any]]:
+    """What the reports topic delivered to its SQS subscriber."""
+    sqs = client("sqs", world.endpoint)
+    messages = []
+    for _ in range(4):
+        got = sqs.receive_message(QueueUrl=world.reports, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        for m in got.get("Messages", []):
+            messages.append(json.loads(m["Body"]))
+            sqs.delete_message(QueueUrl=world.reports, ReceiptHandle=m["ReceiptHandle"])
+        if not got.get("Messages"):
+            break
+    return messages
+
+
+def test_a_permanent_launcher_error_is_counted_where_the_deployed_alarm_looks(world: World) -> None:
+    # given a launcher whose namespace it may not use (an RBAC 403: no retry can fix it)
+    event = world.deployed.schedule_input("LauncherFunctionNightly")
+    world.k8s.forbidden.add("locked")
+    invocation = world.deployed.invoke(
+        "LauncherFunction", event, ICEBATCH_K8S_NAMESPACE="locked", ICEBATCH_DRY_RUN="false"
+    )
+    assert invocation.response["decision"]["error_type"] in {"ClusterPermissionError"}, invocation.response
+    # then the EMF it printed carries LaunchErrors under exactly the namespace and dimensions an alarm watches
+    alarms = client("cloudwatch", world.endpoint).describe_alarms()["MetricAlarms"]
+    watched = {
+        (a["Namespace"], a["MetricName"], tuple(sorted((x["Name"], x["Value"]) for x in a["Dimensions"])))
+        for a in alarms
+        if a["AlarmName"].startswith(STACK)
+    }
+    published = set()
+    for blob in invocation.metrics():
+        for directive in blob["_aws"]["CloudWatchMetrics"]:
+            for dimensions in directive["Dimensions"]:
+                for metric in directive["Metrics"]:
+                    key = tuple(sorted((dim, str(blob[dim])) for dim in dimensions))
+                    published.add((directive["Namespace"], metric["Name"], key))
+    assert (f"icebatch/{STACK}", "LaunchErrors", (("service", "launcher"),)) in published & watched
+
+
+def test_a_second_stack_deploys_beside_the_first_in_one_account(world: World) -> None:
+    # given the dev stack of this module; when a prod stack of the same template is deployed in the account
+    prod = deploy(
+        "icebatch-prod",
+        {**{k: v for k, v in world.deployed.stack.parameters.items() if v is not None}},
+        endpoint=world.endpoint,
+        home=world.home / "prod",
+    )
+    # then both nightly schedules exist, each its own
+    dev_schedule = world.deployed.schedules["LauncherFunctionNightly"]
+    prod_schedule = prod.schedules["LauncherFunctionNightly"]
+    assert dev_schedule != prod_schedule
+    names = {s["Name"] for s in client("scheduler", world.endpoint).list_schedules()["Schedules"]}
+    assert {dev_schedule, prod_schedule} <= names

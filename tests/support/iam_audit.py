@@ -1,0 +1,213 @@
+"""Which AWS calls each principal made, and whether its IAM policy allows every one of them.
+
+moto (with authentication off) accepts any call. To prove the template's least-privilege policies are
+also *sufficient*, every request reaching the moto server is recorded — who (the access key of the
+signature), which action, on which resource, with which condition keys — and evaluated against the
+policy of the role that key stands for: IAM's Allow semantics, with ``*``/``?`` wildcards in actions and
+resources and the condition operators the template uses (StringEquals, StringLike, ArnEquals, ArnLike).
+
+Only what icebatch's roles call is understood: S3 (REST), Glue, DynamoDB, EventBridge, SNS, SQS (JSON
+and query protocols), EKS DescribeCluster. Anything else is recorded as "unknown" and fails an audit.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import re
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+REGION_ACCOUNT = ("us-east-1", "123456789012")
+_CREDENTIAL = re.compile(r"Credential=([^/]+)/[^/]+/([^/]+)/([^/]+)/aws4_request")
+
+
+@dataclass(frozen=True)
+class Call:
+    key: str  # access key id that signed it
+    service: str
+    action: str  # IAM action, e.g. s3:GetObject
+    resources: tuple[str, ...]  # every ARN IAM checks for it
+    context: tuple[tuple[str, str], ...] = ()  # condition keys
+
+    def __str__(self) -> str:
+        extra = f" {dict(self.context)}" if self.context else ""
+        return f"{self.action} on {', '.join(self.resources)}{extra}"
+
+
+@dataclass
+class Recorder:
+    """WSGI middleware in front of moto's app that records every call."""
+
+    app: Callable[..., Any]
+    calls: list[Call] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        body = b""
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        if length and "s3" not in environ.get("HTTP_AUTHORIZATION", "").split("/")[3:4]:
+            # the JSON/query APIs name their resource in the body; S3 (whose bodies are data, often
+            # streamed in chunks) names it in the path
+            body = environ["wsgi.input"].read(length)
+            environ["wsgi.input"] = io.BytesIO(body)
+        try:
+            for call in describe(environ, body):
+                with self.lock:
+                    self.calls.append(call)
+        except Exception as e:  # never break moto over a recording problem
+            with self.lock:
+                self.calls.append(Call("?", "?", f"unparsed:{type(e).__name__}", ()))
+        return self.app(environ, start_response)
+
+    def by(self, key: str) -> list[Call]:
+        with self.lock:
+            return [c for c in self.calls if c.key == key]
+
+
+def describe(environ: dict[str, Any], body: bytes) -> list[Call]:
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+    m = _CREDENTIAL.search(auth) or _CREDENTIAL.search("Credential=" + (query.get("X-Amz-Credential", [""])[0]))
+    if m is None:
+        return []
+    key, region, service = m.group(1), m.group(2), m.group(3)
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    method, path = environ["REQUEST_METHOD"], urllib.parse.unquote(environ.get("PATH_INFO", ""))
+    account = REGION_ACCOUNT[1]
+    arn = f"arn:aws:{service}:{region}:{account}"
+    if service == "s3":
+        return [_s3(key, method, path, query)]
+    if service == "sts":
+        return []  # GetCallerIdentity needs no permission
+    data = _json(body)
+    if service == "glue":
+        action = target.split(".")[-1]
+        on_database = action in {"GetDatabase", "CreateDatabase"}
+        db = (data.get("DatabaseName") or data.get("Name")) if on_database else data.get("DatabaseName")
+        table = (data.get("TableInput") or {}).get("Name") or data.get("Name")
+        resources = [f"{arn}:catalog"]
+        if db:
+            resources.append(f"{arn}:database/{db}")
+        if table and not on_database:
+            resources.append(f"{arn}:table/{db}/{table}")
+        return [Call(key, service, f"glue:{action}", tuple(resources))]
+    if service == "dynamodb":
+        return [Call(key, service, f"dynamodb:{target.split('.')[-1]}", (f"{arn}:table/{data.get('TableName')}",))]
+    if service == "events":
+        action = target.split(".")[-1]
+        if action != "PutEvents":
+            return [Call(key, service, f"events:{action}", (f"{arn}:event-bus/default",))]
+        return [
+            Call(
+                key,
+                service,
+                "events:PutEvents",
+                (f"{arn}:event-bus/{entry.get('EventBusName') or 'default'}",),
+                (("events:source", entry.get("Source", "")), ("events:detail-type", entry.get("DetailType", ""))),
+            )
+            for entry in data.get("Entries", [])
+        ]
+    if service == "sns":
+        form = urllib.parse.parse_qs(body.decode())
+        action = (form.get("Action") or [target.split(".")[-1]])[0]
+        topic = (form.get("TopicArn") or [data.get("TopicArn", "")])[0]
+        return [Call(key, service, f"sns:{action}", (topic,))]
+    if service == "sqs":
+        action = target.split(".")[-1] or urllib.parse.parse_qs(body.decode()).get("Action", ["?"])[0]
+        queue = data.get("QueueUrl", "").rsplit("/", 1)[-1]
+        return [Call(key, service, f"sqs:{action}", (f"{arn}:{queue}",))]
+    if service == "eks":
+        found = re.fullmatch(r"/clusters/([^/]+)", path)
+        if method == "GET" and found:
+            return [Call(key, service, "eks:DescribeCluster", (f"{arn}:cluster/{found.group(1)}",))]
+    return [Call(key, service, f"unknown:{method} {path}", ())]
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _s3(key: str, method: str, path: str, query: dict[str, list[str]]) -> Call:
+    bucket, _, obj = path.lstrip("/").partition("/")
+    bucket_arn = f"arn:aws:s3:::{bucket}"
+    if "notification" in query:
+        action = "GetBucketNotification" if method == "GET" else "PutBucketNotification"
+        return Call(key, "s3", f"s3:{action}", (bucket_arn,))
+    if not obj:
+        if method in {"GET", "HEAD"}:  # ListObjects(V2), HeadBucket
+            prefix = query.get("prefix", [""])[0]
+            return Call(key, "s3", "s3:ListBucket", (bucket_arn,), (("s3:prefix", prefix),))
+        return Call(key, "s3", f"s3:{'CreateBucket' if method == 'PUT' else 'DeleteBucket'}", (bucket_arn,))
+    action = {
+        "GET": "GetObject",
+        "HEAD": "GetObject",  # HeadObject is authorized as s3:GetObject
+        "PUT": "PutObject",  # also UploadPart
+        "POST": "PutObject",  # Create/CompleteMultipartUpload
+        "DELETE": "AbortMultipartUpload" if "uploadId" in query else "DeleteObject",
+    }[method]
+    return Call(key, "s3", f"s3:{action}", (f"{bucket_arn}/{obj}",))
+
+
+# ---------------------------------------------------------------------------------------------------
+# evaluating
+# ---------------------------------------------------------------------------------------------------
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _like(pattern: str, value: str) -> bool:
+    return fnmatch.fnmatchcase(value, pattern)
+
+
+def _condition_holds(condition: dict[str, Any], context: dict[str, str]) -> bool:
+    for operator, tests in condition.items():
+        for context_key, expected in tests.items():
+            actual = context.get(context_key)
+            if actual is None:
+                return False
+            values = [str(v) for v in _as_list(expected)]
+            if operator in {"StringEquals", "ArnEquals"} and actual not in values:
+                return False
+            if operator in {"StringLike", "ArnLike"} and not any(_like(v, actual) for v in values):
+                return False
+            if operator not in {"StringEquals", "ArnEquals", "StringLike", "ArnLike"}:
+                raise ValueError(f"condition operator {operator} is not understood by this audit")
+    return True
+
+
+def allows(statements: Iterable[dict[str, Any]], call: Call) -> bool:
+    """IAM's answer for one call: some Allow statement matches action, every resource and the conditions."""
+    context = dict(call.context)
+    allowed = False
+    for statement in statements:
+        actions = [a.lower() for a in _as_list(statement.get("Action", []))]
+        if not any(_like(a, call.action.lower()) for a in actions):
+            continue
+        resources = [str(r) for r in _as_list(statement.get("Resource", []))]
+        if not all(any(_like(r, res) for r in resources) for res in call.resources):
+            continue
+        if "Condition" in statement and not _condition_holds(statement["Condition"], context):
+            continue
+        if statement.get("Effect") == "Deny":
+            return False
+        allowed = True
+    return allowed
+
+
+def role_statements(stack: Any, role_logical_id: str) -> list[dict[str, Any]]:
+    """Every statement of a role's inline policies, resolved for the stack."""
+    props = stack.properties(role_logical_id)
+    return [s for policy in props.get("Policies", []) for s in _as_list(policy["PolicyDocument"]["Statement"])]
+
+
+def denied(calls: Iterable[Call], statements: list[dict[str, Any]]) -> list[Call]:
+    return sorted({c for c in calls if not allows(statements, c)}, key=str)
