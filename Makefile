@@ -61,7 +61,7 @@ env: $(VENV)/.synced
 	@ln -sfn $(VENV) .venv
 
 demo: env
-	$(PY) -m icebatch.cli demo
+	$(PY) -m icebatch.tools.cli demo
 
 lint: env
 	$(PY) -m ruff check $(SRC)

@@ -24,19 +24,20 @@ from bench.common import median, table, write
 
 def build(home: Path, snapshots: int, rows: int) -> tuple[object, int]:
     """A source table of ``snapshots`` appends and a ledger whose watermark sits half way."""
-    from icebatch.catalog import open_catalog
-    from icebatch.ledger import open_ledger
-    from icebatch.settings import Settings
+    from icebatch.core.catalog import open_catalog
+    from icebatch.core.consumers import consumer_named, load_consumers
+    from icebatch.core.ledger import open_ledger
+    from icebatch.core.settings import Settings
     from icebatch_job.tickets import ensure_source_table
 
     from tests.support.many_snapshots import append_many
     from tests.support.runs import run_once
 
     settings = Settings(home=home)
-    source = ensure_source_table(open_catalog(settings), settings.source_table)
+    source = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
     ids = append_many(source, snapshots, lambda _rng: rows, seed=snapshots,
                       progress=lambda n: print(f"    {n}/{snapshots} snapshots", flush=True))  # fmt: skip
-    ledger = open_ledger(settings)
+    ledger = open_ledger(settings, consumer_named(load_consumers(settings), "triage"))
     half = ledger.plan(to_snapshot_inclusive=ids[snapshots // 2 - 1] if snapshots > 1 else ids[0])
     run_once(ledger, plan=half)
     watermark_ms = max(  # the seed's watermark: the largest ingested_ms processed so far
@@ -50,16 +51,18 @@ def build(home: Path, snapshots: int, rows: int) -> tuple[object, int]:
 
 
 def metadata_count(settings: object) -> int:
-    from icebatch.ledger import open_ledger
+    from icebatch.core.consumers import consumer_named, load_consumers
+    from icebatch.core.ledger import open_ledger
 
-    return open_ledger(settings, control_plane=True).backlog().rows  # type: ignore[arg-type]
+    consumer = consumer_named(load_consumers(settings), "triage")  # type: ignore[arg-type]
+    return open_ledger(settings, consumer, control_plane=True).backlog().rows  # type: ignore[arg-type]
 
 
 def scan_count(settings: object, watermark_ms: int) -> int:
-    from icebatch.catalog import open_catalog
+    from icebatch.core.catalog import open_catalog
     from pyiceberg.expressions import GreaterThan
 
-    table = open_catalog(settings).load_table(settings.source_table)  # type: ignore[attr-defined]
+    table = open_catalog(settings).load_table(settings.catalog.source_table)  # type: ignore[attr-defined]
     return (
         table.scan(row_filter=GreaterThan("ingested_ms", watermark_ms), selected_fields=("ingested_ms",))
         .to_arrow()

@@ -21,9 +21,9 @@ from bench.common import median, table, write
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER_IMPORTS = (
-    "import icebatch.handlers.launcher, icebatch.launcher, icebatch.triggers, icebatch.ledger, "
-    "icebatch.metadata_io, icebatch.backends.kuberay, icebatch.backends.eks_auth, kubernetes.client, "
-    "pyiceberg.catalog.glue"
+    "import icebatch.control.handlers.launcher, icebatch.control.launcher, icebatch.control.triggers, "
+    "icebatch.core.ledger, icebatch.core.metadata_io, icebatch.control.backends.kuberay, "
+    "icebatch.control.backends.eks_auth, kubernetes.client, pyiceberg.catalog.glue"
 )
 
 
@@ -53,50 +53,35 @@ def timed_import(statement: str, paths: list[Path], runs: int) -> list[float]:
     return samples
 
 
-def build_bundle(work: Path) -> tuple[Path, Path, int]:
-    """(pruned bundle with icebatch, runtime-provided packages, closure bytes), as `sam build` would."""
-    sys.path.insert(0, str(ROOT / "functions"))
-    from prune_bundle import prune, size  # type: ignore[import-not-found]
-
-    bundle, runtime = work / "bundle", work / "runtime"
+def _install(target: Path, *requirements: str) -> None:
     subprocess.run(
-        [
-            uv(),
-            "pip",
-            "install",
-            "-q",
-            "--compile-bytecode",
-            "--link-mode=copy",
-            "--target",
-            str(bundle),
-            "-r",
-            str(ROOT / "functions/requirements.txt"),
-            "--python-version",
-            "3.11",
-            "--python-platform",
-            "x86_64-manylinux_2_28",
-        ],
+        [uv(), "pip", "install", "-q", "--compile-bytecode", "--link-mode=copy", "--target", str(target),
+         "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28", *requirements],
         check=True,
-    )
-    full = size(bundle)
-    # what the Lambda runtime provides, kept aside so that imports still find it
-    runtime.mkdir()
-    for entry in bundle.iterdir():
-        if entry.name.split("-")[0] in (
-            "boto3",
-            "botocore",
-            "s3transfer",
-            "jmespath",
-            "dateutil",
-            "six.py",
-            "python_dateutil",
-            "urllib3",
-        ):
-            shutil.copytree(entry, runtime / entry.name) if entry.is_dir() else shutil.copy2(entry, runtime)
-    prune(bundle)
-    shutil.copytree(ROOT / "functions" / "icebatch", bundle / "icebatch", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(bundle / "icebatch")], check=True)
-    return bundle, runtime, full
+    )  # fmt: skip
+
+
+def build_bundle(work: Path) -> tuple[Path, Path, int]:
+    """(the bundle `sam build` makes, runtime-provided packages, closure bytes), with the real recipe.
+
+    The bundle is built by functions/Makefile's own target (what `sam build` runs); boto3 and its
+    dependencies, which the Lambda runtime provides and the recipe prunes, are installed beside it so
+    that imports find them; the closure is the requirements installed unpruned, for comparison.
+    """
+    sys.path.insert(0, str(ROOT / "functions"))
+    from prune_bundle import size  # type: ignore[import-not-found]
+
+    bundle, runtime, closure = work / "bundle", work / "runtime", work / "closure"
+    python = shutil.which("python3.11") or sys.executable
+    subprocess.run(
+        ["make", "-s", "-C", str(ROOT / "functions"), "build-LauncherFunction", f"ARTIFACTS_DIR={bundle}",
+         f"PYTHON={python}", f"UV={uv()}"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    _install(runtime, "boto3")
+    _install(closure, "-r", str(ROOT / "functions/requirements.txt"))
+    return bundle, runtime, size(closure)
 
 
 def main() -> None:

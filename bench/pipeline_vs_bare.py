@@ -55,17 +55,24 @@ def bare(model: str, token_ids: list[list[int]], task, settings) -> dict:  # typ
     return {"start_s": start, "generate_s": gen, "output_tokens": tokens, "ok": ok, "tok_per_s": tokens / gen}
 
 
+def triage(settings):  # type: ignore[no-untyped-def]
+    """The benchmark's consumer: the embedded default's ticket triage."""
+    from icebatch.core.consumers import consumer_named, load_consumers
+
+    return consumer_named(load_consumers(settings), "triage")
+
+
 def pipeline(settings, rows: int) -> dict:  # type: ignore[no-untyped-def]
-    from icebatch.catalog import open_catalog
-    from icebatch.ledger import open_ledger
+    from icebatch.core.catalog import open_catalog
+    from icebatch.core.ledger import open_ledger
     from icebatch_job.pipeline import build_pipeline
     from icebatch_job.results import batch_engine_seconds
     from icebatch_job.runtime import init_ray, prepare_environment
     from icebatch_job.source import read_dataset
-    from icebatch_job.task import load_task
 
-    task = load_task(settings.task_file)
-    ledger = open_ledger(settings)
+    consumer = triage(settings)
+    task = consumer.task
+    ledger = open_ledger(settings, consumer)
     plan = ledger.plan()
     assert plan is not None
     t0 = time.perf_counter()
@@ -73,9 +80,11 @@ def pipeline(settings, rows: int) -> dict:  # type: ignore[no-untyped-def]
     init_ray(settings, env)
     t_ray = time.perf_counter()
     ds, _ = read_dataset(
-        open_catalog(settings).load_table(settings.source_table), plan, (task.id_column, *task.input_columns)
+        open_catalog(settings).load_table(settings.catalog.source_table), plan, (task.id_column, *task.input_columns)
     )
-    built = build_pipeline(ds, task, settings, run_id=plan.run_id, model=str(settings.model_source), device="cpu")
+    built = build_pipeline(
+        ds, task, settings, run_id=plan.run_id, model=str(settings.engine.model_source), device="cpu"
+    )
     t_built = time.perf_counter()
     arrivals: list[tuple[float, int]] = []
     first_batch_llm_s = 0.0
@@ -105,32 +114,34 @@ def main() -> None:
     parser.add_argument("--snapshots", type=int, default=5)
     args = parser.parse_args()
 
-    from icebatch.catalog import open_catalog
-    from icebatch.settings import Settings
+    from icebatch.core.catalog import open_catalog
+    from icebatch.core.settings import Settings
     from icebatch_job.model import resolve_model
     from icebatch_job.runtime import prepare_environment
     from icebatch_job.source import iter_batches
-    from icebatch_job.task import load_task
     from icebatch_job.tickets import ensure_source_table, generate
 
     home = Path(tempfile.mkdtemp(prefix="icebatch-bench-"))
     base = Settings.from_env()
-    settings = base.with_overrides(home=home, model_source=resolve_model(base.with_overrides(home=base.home)))
+    settings = base.with_overrides(home=home, model_source=resolve_model(base))
     prepare_environment(settings, device="cpu")
-    task = load_task(settings.task_file)
-    table_ = ensure_source_table(open_catalog(settings), settings.source_table)
+    consumer = triage(settings)
+    task = consumer.task
+    table_ = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
     generate(table_, tickets=args.rows, batches=args.snapshots, seed=1)
-    from icebatch.ledger import open_ledger
+    from icebatch.core.ledger import open_ledger
 
-    plan = open_ledger(settings).plan()
+    plan = open_ledger(settings, consumer).plan()
     assert plan is not None
     rows = [
-        r for b in iter_batches(open_catalog(settings).load_table(settings.source_table), plan) for r in b.to_pylist()
+        r
+        for b in iter_batches(open_catalog(settings).load_table(settings.catalog.source_table), plan)
+        for r in b.to_pylist()
     ]
-    token_ids = prompts_for(task, str(settings.model_source), rows, settings.max_model_len)
+    token_ids = prompts_for(task, str(settings.engine.model_source), rows, settings.engine.max_model_len)
 
     print(f"bare vllm.LLM over {len(token_ids)} prompts ...", flush=True)
-    b = bare(str(settings.model_source), token_ids, task, settings)
+    b = bare(str(settings.engine.model_source), token_ids, task, settings)
     print(f"icebatch pipeline over the same {len(rows)} rows ...", flush=True)
     p = pipeline(settings, len(rows))
 

@@ -34,14 +34,14 @@ def usd_per_1k(tokens_per_row: float) -> float:
 
 
 def main() -> None:
-    from icebatch.settings import Settings
+    from icebatch.core.settings import Settings
+    from icebatch.core.task import load_task
     from icebatch_job.model import resolve_model
-    from icebatch_job.task import load_task
     from icebatch_job.tickets import SCENARIOS, generate_tickets
     from transformers import AutoTokenizer
 
     task = load_task()
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(Settings.from_env().with_overrides(model_source=None)))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(Settings.from_env()))
     count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     dump = lambda verdict: json.dumps(verdict, separators=(",", ":"))  # noqa: E731
 

@@ -1,7 +1,7 @@
 """Shrink the Lambda bundle after `pip install -t DIR -r requirements.txt` (called by functions/Makefile).
 
 - boto3, botocore, s3transfer: the Lambda Python runtime provides them (icebatch's control plane has no
-  library that pins botocore, see icebatch.metadata_io).
+  library that pins botocore, see icebatch.core.metadata_io).
 - kubernetes/aio: the asyncio client, a 41 MB copy of the API that icebatch does not use.
 - hive_metastore (pyiceberg's vendored Hive client) and pygments (rich's highlighter, used by pyiceberg's
   CLI only): never imported on the Lambda path (tests/functional/test_bundle.py runs a decision from a

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from icebatch.settings import Settings
+from icebatch.core.settings import Settings
 
 from tests.support.aws import client, glue_catalog_properties, moto_server
 

@@ -16,10 +16,20 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
-from icebatch.settings import Settings
+from icebatch.core.settings import Settings
+from icebatch.core.task import TaskSpec
 
-from icebatch_job.prompts import ID, TRUNCATED
-from icebatch_job.task import TaskSpec
+from icebatch_job.columns import (
+    GENERATED_TEXT,
+    INFERENCE_ERROR,
+    NUM_GENERATED_TOKENS,
+    NUM_INPUT_TOKENS,
+    SMALL_CPU,
+    SOURCE_ID,
+    TIME_TAKEN_LLM,
+    TRUNCATED,
+)
+from icebatch_job.parse import ParseStage
 
 if TYPE_CHECKING:
     import ray.data
@@ -59,12 +69,12 @@ class EndpointStage:
 
     def __init__(self, task: TaskSpec, settings: Settings) -> None:
         self.task = task
-        self.url = (settings.endpoint_url or "").rstrip("/") + "/chat/completions"
-        self.model = settings.endpoint_model or "default"
-        self.structured = settings.structured_output
-        self.max_model_len = settings.max_model_len
-        self.concurrency = settings.endpoint_concurrency
-        self.max_retries = settings.endpoint_max_retries
+        self.url = (settings.engine.endpoint_url or "").rstrip("/") + "/chat/completions"
+        self.model = settings.engine.endpoint_model or "default"
+        self.structured = settings.engine.structured_output
+        self.max_model_len = settings.engine.max_model_len
+        self.concurrency = settings.engine.endpoint_concurrency
+        self.max_retries = settings.engine.endpoint_max_retries
         self.base_wait = 0.5
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -72,13 +82,13 @@ class EndpointStage:
         rows = [{c: _py(batch[c][i]) for c in (self.task.id_column, *self.task.input_columns)} for i in range(n)]
         results = asyncio.run(self._all(rows))
         out: dict[str, list[Any]] = {
-            ID: [str(r[self.task.id_column]) for r in rows],
+            SOURCE_ID: [str(r[self.task.id_column]) for r in rows],
             TRUNCATED: [],
-            "generated_text": [],
-            "num_input_tokens": [],
-            "num_generated_tokens": [],
-            "time_taken_llm": [],
-            "__inference_error__": [],
+            GENERATED_TEXT: [],
+            NUM_INPUT_TOKENS: [],
+            NUM_GENERATED_TOKENS: [],
+            TIME_TAKEN_LLM: [],
+            INFERENCE_ERROR: [],
         }
         for res in results:
             for k, v in res.items():
@@ -124,11 +134,11 @@ class EndpointStage:
                 return _error(f"unexpected response ({type(e).__name__}): {payload[:300]}", truncated)
             return {
                 TRUNCATED: truncated,
-                "generated_text": text,
-                "num_input_tokens": int(usage.get("prompt_tokens") or 0),
-                "num_generated_tokens": int(usage.get("completion_tokens") or 0),
-                "time_taken_llm": elapsed,
-                "__inference_error__": "",
+                GENERATED_TEXT: text,
+                NUM_INPUT_TOKENS: int(usage.get("prompt_tokens") or 0),
+                NUM_GENERATED_TOKENS: int(usage.get("completion_tokens") or 0),
+                TIME_TAKEN_LLM: elapsed,
+                INFERENCE_ERROR: "",
             }
         return _error(f"gave up after {self.max_retries + 1} attempts: {last_error}", truncated)
 
@@ -136,11 +146,11 @@ class EndpointStage:
 def _error(message: str, truncated: bool) -> dict[str, Any]:
     return {
         TRUNCATED: truncated,
-        "generated_text": "",
-        "num_input_tokens": 0,
-        "num_generated_tokens": 0,
-        "time_taken_llm": 0.0,
-        "__inference_error__": message,
+        GENERATED_TEXT: "",
+        NUM_INPUT_TOKENS: 0,
+        NUM_GENERATED_TOKENS: 0,
+        TIME_TAKEN_LLM: 0.0,
+        INFERENCE_ERROR: message,
     }
 
 
@@ -153,12 +163,10 @@ def build_endpoint_pipeline(
 ) -> ray.data.Dataset:
     import ray.data
 
-    from icebatch_job.pipeline import SMALL_CPU, ParseStage
-
     answered = source.map_batches(
         EndpointStage,
         fn_constructor_kwargs={"task": task, "settings": settings},
-        batch_size=max(settings.batch_size, settings.endpoint_concurrency * 4),
+        batch_size=max(settings.engine.batch_size, settings.engine.endpoint_concurrency * 4),
         compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=SMALL_CPU,
     )
@@ -167,10 +175,10 @@ def build_endpoint_pipeline(
         fn_constructor_kwargs={
             "task": task,
             "run_id": run_id,
-            "model": settings.endpoint_model or "endpoint",
+            "model": settings.engine.endpoint_model or "endpoint",
         },
         batch_format="pyarrow",
-        batch_size=settings.batch_size,
+        batch_size=settings.engine.batch_size,
         compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=SMALL_CPU,
     )

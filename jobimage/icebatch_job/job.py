@@ -1,9 +1,10 @@
 """The job a RayJob runs: plan the range, run the pipeline, commit, report, emit an event.
 
-``icebatch job run`` (the RayJob's entrypoint, and the local backend's in-process call) ends in exactly
-one of: ``nothing_new`` (no engine started), ``completed`` ("Batch Job Completed" emitted), ``conflict``
-(another run covered the range first; output discarded) or ``failed`` ("Batch Job Failed" emitted from
-a ``finally``, including on SIGTERM). A failed run commits nothing: its range stays pending.
+``python -m icebatch_job run`` (the RayJob's entrypoint; ``icebatch job run`` by hand, and the local
+backend's in-process call) ends in exactly one of: ``nothing_new`` (no engine started), ``completed``
+("Batch Job Completed" emitted), ``conflict`` (another run covered the range first; output discarded)
+or ``failed`` ("Batch Job Failed" emitted, including on SIGTERM). A failed run commits nothing: its range
+stays pending. The steps, in order: ``plan`` -> ``start`` -> ``stream`` -> ``commit`` -> ``completed``.
 """
 
 from __future__ import annotations
@@ -15,24 +16,28 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from icebatch.bus import EventPublisher, load_publisher
-from icebatch.costs import CostBreakdown, CostInputs, cost_breakdown
-from icebatch.errors import IcebatchError, TransientError, WatermarkConflictError
-from icebatch.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts
-from icebatch.ledger import RunPlan, open_ledger
-from icebatch.report import completed_text, incremental_state
-from icebatch.settings import Settings
+from icebatch.core.bus import EventPublisher, load_publisher
+from icebatch.core.consumers import Consumer, consumer_named, load_consumers
+from icebatch.core.costs import CostBreakdown, CostInputs, cost_breakdown
+from icebatch.core.errors import IcebatchError, TransientError, WatermarkConflictError
+from icebatch.core.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts, completed_event
+from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan, RunTotals, open_ledger
+from icebatch.core.report import completed_text, incremental_state
+from icebatch.core.settings import Settings
 
 from icebatch_job.progress import Progress
 from icebatch_job.results import RunStats, batch_engine_seconds
-from icebatch_job.task import TaskSpec, load_task
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.manifest import DataFile
+
+    from icebatch_job.pipeline import BuiltPipeline
 
 log = logging.getLogger(__name__)
 
 Status = Literal["nothing_new", "completed", "conflict", "failed"]
+Stage = Literal["plan", "start", "inference", "write", "commit"]
 
 
 class JobInterrupted(BaseException):
@@ -48,6 +53,7 @@ class JobRequest:
     to_snapshot: int | None = None
     limit: int | None = None
     rayjob_name: str | None = None
+    consumer: str | None = None  # by hand, with several consumers: which one
 
 
 @dataclass
@@ -56,13 +62,14 @@ class JobResult:
     plan: RunPlan | None = None
     completed: BatchJobCompleted | None = None
     failed: BatchJobFailed | None = None
-    messages: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": self.status}
+        out: dict[str, Any] = {"status": self.status, "rows": 0}
         if self.plan is not None:
             out.update(
                 run_id=self.plan.run_id,
+                consumer=self.plan.consumer,
+                task_version=self.plan.task_version,
                 from_snapshot_exclusive=self.plan.from_snapshot_exclusive,
                 to_snapshot_inclusive=self.plan.to_snapshot_inclusive,
             )
@@ -84,9 +91,73 @@ class JobResult:
             )
         if self.failed is not None:
             out.update(error_type=self.failed.error_type, reason=self.failed.reason, stage=self.failed.stage)
-        if self.status == "nothing_new":
-            out["rows"] = 0
         return out
+
+
+@dataclass
+class EngineTiming:
+    engine_seconds: float = 0.0  # the streaming LLM stage's wall time
+    first_result_seconds: float = 0.0
+    startup_seconds: float = 0.0  # the first result's arrival less its batch's engine time
+
+
+@dataclass
+class JobRun:
+    """One run's state, handed from step to step."""
+
+    settings: Settings
+    consumer: Consumer
+    request: JobRequest
+    publisher: EventPublisher
+    out: Callable[[str], None]
+    ledger: ResultsLedger
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    t0: float = field(default_factory=time.monotonic)
+    stage: Stage = "plan"
+    plan: RunPlan | None = None
+    stats: RunStats | None = None
+    timing: EngineTiming = field(default_factory=EngineTiming)
+    device: str = "-"
+    model: str = "-"
+    exact_rows: int | None = None  # rows the range holds, when known exactly (no delete files apply)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def totals(self) -> RunTotals:
+        assert self.stats is not None
+        return self.stats.totals(
+            engine_seconds=self.timing.engine_seconds,
+            first_result_seconds=self.timing.first_result_seconds,
+            engine_startup_seconds=self.timing.startup_seconds,
+            job_seconds=self.elapsed,
+            model=self.model,
+            device=self.device,
+            gpus=self.settings.engine.concurrency,
+            billing=self.settings.billing(),
+            started_at=self.started.isoformat(),
+            rayjob_name=self.request.rayjob_name or "",
+        )
+
+    def cost(self) -> CostBreakdown:
+        s, stats, billing = self.settings, self.stats, self.settings.billing()
+        tail = s.top.backend == "kuberay"
+        return cost_breakdown(
+            CostInputs(
+                rows=stats.rows if stats else 0,
+                input_tokens=stats.input_tokens if stats else 0,
+                output_tokens=stats.output_tokens if stats else 0,
+                engine_seconds=self.timing.engine_seconds,
+                job_seconds=self.elapsed,
+                gpus=s.engine.concurrency,
+                hourly_rate=billing.usd_per_hour,
+                instance_type=billing.instance_type,
+                rate_source=billing.source,
+                ttl_seconds=s.cluster.job_ttl_seconds if tail else 0,
+                consolidate_seconds=s.cluster.karpenter_consolidate_seconds if tail else 0,
+            )
+        )
 
 
 def run_job(
@@ -95,235 +166,179 @@ def run_job(
     *,
     publisher: EventPublisher | None = None,
     out: Callable[[str], None] = print,
-    task: TaskSpec | None = None,
 ) -> JobResult:
     """Run one job end to end. Raises on failure after emitting "Batch Job Failed"."""
     request = request or JobRequest()
-    started = datetime.now(UTC)
-    t0 = time.monotonic()
-    stage: str = "plan"
-    plan: RunPlan | None = None
-    stats: RunStats | None = None
-    engine_seconds = 0.0
-    first_result_seconds = 0.0
-    engine_startup_seconds = 0.0
-    gpus = settings.concurrency
-    billing = settings.billing()
-    publisher = publisher or load_publisher(settings)
+    consumer = consumer_named(load_consumers(settings), request.consumer)
+    run = JobRun(
+        settings, consumer, request, publisher or load_publisher(settings), out, open_ledger(settings, consumer)
+    )
     try:
-        task = task or load_task(settings.task_file)
-        ledger = open_ledger(settings)
-        plan = ledger.plan(
-            run_id=request.run_id,
-            from_snapshot_exclusive=request.from_snapshot,
-            to_snapshot_inclusive=request.to_snapshot,
-            max_rows=request.limit,
-        )
-        if plan is None:
-            wm = ledger.watermark().source_snapshot_id
-            out(
-                incremental_state(
-                    consumer=settings.consumer,
-                    source_table=settings.source_table,
-                    from_snapshot=wm,
-                    to_snapshot=wm,
-                    new_rows=0,
-                )
-            )
-            out("nothing new: no engine started")
+        if not plan(run):
             return JobResult("nothing_new")
-        out(
-            incremental_state(
-                consumer=plan.consumer,
-                source_table=plan.source_table,
-                from_snapshot=plan.from_snapshot_exclusive,
-                to_snapshot=plan.to_snapshot_inclusive,
-                new_rows=plan.expected_rows,
-                snapshots=plan.snapshots,
-            )
-        )
-
-        stage = "start"
-        from icebatch_job.model import resolve_model
-        from icebatch_job.pipeline import build_pipeline
-        from icebatch_job.runner import commit_results, write_results
-        from icebatch_job.runtime import detect_device, init_ray, prepare_environment
-        from icebatch_job.source import read_dataset
-
-        model = resolve_model(settings) if settings.engine_mode == "engine" else (settings.endpoint_model or "endpoint")
-        env = prepare_environment(settings, device=settings.device if settings.device != "auto" else "cpu")
-        init_ray(settings, env)
-        device = detect_device(settings)
-        progress = Progress(plan.expected_rows)
-        progress.note(
-            f"run {plan.run_id}: {plan.expected_rows:,} rows, model {model} ({settings.engine_mode}, {device})"
-        )
-
-        source, exact_rows = read_dataset(ledger.source(), plan, (task.id_column, *task.input_columns))
-        built = build_pipeline(source, task, settings, run_id=plan.run_id, model=model, device=device)
-        stats = RunStats(task.label_fields)
-
-        def streamed() -> Iterator[pa.RecordBatch]:
-            nonlocal stage, engine_seconds, first_result_seconds, engine_startup_seconds
-            stage = "inference"
-            t_engine = time.monotonic()
-            try:
-                for batch in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-                    if not first_result_seconds:
-                        first_result_seconds = time.monotonic() - t_engine
-                        engine_startup_seconds = max(0.0, first_result_seconds - batch_engine_seconds(batch))
-                    for b in cast("pa.Table", batch).to_batches():
-                        progress.advance(b.num_rows)
-                        yield b
-            finally:
-                engine_seconds = time.monotonic() - t_engine
-                progress.close()
-            stage = "write"
-
-        files = write_results(ledger, task, streamed(), stats)
-        stage = "commit"
-        commit = commit_results(
-            ledger,
-            plan,
-            files,
-            stats,
-            exact_rows=exact_rows,
-            engine_seconds=engine_seconds,
-            extra_summary={
-                "task": f"{task.name}@v{task.version}",
-                "model": built.model_name,
-                "device": device,
-                "gpus": str(gpus),
-                "gpu-hourly-rate": f"{billing.usd_per_hour:g}",
-                "gpu-instance-type": billing.instance_type or "",
-                "gpu-rate-source": billing.source,
-                "job-seconds": f"{time.monotonic() - t0:.3f}",
-                "first-result-seconds": f"{first_result_seconds:.3f}",
-                "engine-startup-seconds": f"{engine_startup_seconds:.3f}",
-                "rows-truncated": str(stats.truncated),
-                "started-at": started.isoformat(),
-                "rayjob-name": request.rayjob_name or "",
-            },
-            max_inference_error_rate=settings.max_inference_error_rate,
-        )
-        finished = datetime.now(UTC)
-        cost = _cost(settings, stats, engine_seconds, time.monotonic() - t0, gpus)
-        event = BatchJobCompleted(
-            run_id=plan.run_id,
-            consumer=plan.consumer,
-            source_table=plan.source_table,
-            results_table=plan.results_table,
-            range=SnapshotRange(from_exclusive=plan.from_snapshot_exclusive, to_inclusive=plan.to_snapshot_inclusive),
-            rows=stats.rows,
-            rows_ok=stats.ok,
-            rows_error=stats.errors,
-            rows_by_status=dict(stats.statuses),
-            rows_truncated=stats.truncated,
-            labels=stats.label_breakdown(),
-            tokens=TokenCounts(input=stats.input_tokens, output=stats.output_tokens),
-            engine_seconds=engine_seconds,
-            first_result_seconds=first_result_seconds,
-            engine_startup_seconds=engine_startup_seconds,
-            job_seconds=time.monotonic() - t0,
-            device=device,
-            model=built.model_name,
-            cost=cost,
-            results_location=f"{plan.results_table}@{commit.ledger_snapshot_id}",
-            ledger_snapshot_id=commit.ledger_snapshot_id,
-            rayjob_name=request.rayjob_name,
-            started_at=started,
-            finished_at=finished,
-        )
-        out(completed_text(event, include_state=False))
-        _publish(publisher, event)
-        return JobResult("completed", plan=plan, completed=event)
+        built = start(run)
+        files = stream(run, built)
+        commit = commit_run(run, files)
+        return completed(run, commit)
     except WatermarkConflictError as e:
-        failed = _failed(
-            settings, request, plan, started, t0, stats, engine_seconds, gpus, e, "commit", retryable=False
-        )
-        out(f"conflict: {e}")
-        _publish(publisher, failed)
-        return JobResult("conflict", plan=plan, failed=failed)
+        failed = failed_event(run, e, retryable=False)
+        run.out(f"conflict: {e}")
+        publish(run.publisher, failed)
+        return JobResult("conflict", plan=run.plan, failed=failed)
     except BaseException as e:
-        failed = _failed(
-            settings,
-            request,
-            plan,
-            started,
-            t0,
-            stats,
-            engine_seconds,
-            gpus,
-            e,
-            stage,
-            retryable=not isinstance(e, IcebatchError) or isinstance(e, TransientError),
+        publish(
+            run.publisher,
+            failed_event(run, e, retryable=not isinstance(e, IcebatchError) or isinstance(e, TransientError)),
         )
-        _publish(publisher, failed)
         raise
 
 
-def _cost(
-    settings: Settings, stats: RunStats | None, engine_seconds: float, job_seconds: float, gpus: int
-) -> CostBreakdown:
-    billing = settings.billing()
-    return cost_breakdown(
-        CostInputs(
-            rows=stats.rows if stats else 0,
-            input_tokens=stats.input_tokens if stats else 0,
-            output_tokens=stats.output_tokens if stats else 0,
-            engine_seconds=engine_seconds,
-            job_seconds=job_seconds,
-            gpus=gpus,
-            hourly_rate=billing.usd_per_hour,
-            instance_type=billing.instance_type,
-            rate_source=billing.source,
-            ttl_seconds=settings.job_ttl_seconds if settings.backend == "kuberay" else 0,
-            consolidate_seconds=settings.karpenter_consolidate_seconds if settings.backend == "kuberay" else 0,
+def plan(run: JobRun) -> bool:
+    """Pin the range (refused if the watermark moved since the launch); False when nothing is new."""
+    r = run.request
+    run.plan = run.ledger.plan(
+        run_id=r.run_id, from_snapshot_exclusive=r.from_snapshot, to_snapshot_inclusive=r.to_snapshot, max_rows=r.limit
+    )
+    c = run.consumer
+    if run.plan is None:
+        wm = run.ledger.watermark().source_snapshot_id
+        run.out(
+            incremental_state(
+                consumer=c.name, source_table=c.source_table, from_snapshot=wm, to_snapshot=wm, new_rows=0
+            )
         )
+        run.out("nothing new: no engine started")
+        return False
+    p = run.plan
+    run.out(
+        incremental_state(
+            consumer=p.consumer,
+            source_table=p.source_table,
+            from_snapshot=p.from_snapshot_exclusive,
+            to_snapshot=p.to_snapshot_inclusive,
+            new_rows=p.expected_rows,
+            snapshots=p.snapshots,
+        )
+    )
+    return True
+
+
+def start(run: JobRun) -> BuiltPipeline:
+    """Ray, the read of the range, and the pipeline (the engine starts as the pipeline executes)."""
+    from icebatch_job.model import resolve_model
+    from icebatch_job.pipeline import build_pipeline
+    from icebatch_job.runtime import detect_device, init_ray, prepare_environment
+    from icebatch_job.source import read_dataset
+
+    run.stage = "start"
+    s, task, p = run.settings, run.consumer.task, run.plan
+    assert p is not None
+    engine = s.engine
+    run.model = (
+        resolve_model(s, run.consumer) if engine.engine_mode == "engine" else (engine.endpoint_model or "endpoint")
+    )
+    init_ray(s, prepare_environment(s, device=engine.device if engine.device != "auto" else "cpu", model=run.model))
+    run.device = detect_device(s)
+    source, run.exact_rows = read_dataset(run.ledger.source(), p, (task.id_column, *task.input_columns))
+    built = build_pipeline(source, task, s, run_id=p.run_id, model=run.model, device=run.device)
+    run.model = built.model_name
+    return built
+
+
+def stream(run: JobRun, built: BuiltPipeline) -> list[DataFile]:
+    """Stream result rows into (uncommitted) data files, with progress on stderr."""
+    from icebatch_job.runner import write_results
+
+    assert run.plan is not None
+    run.stats = RunStats(run.consumer.task.label_fields)
+    progress = Progress(run.plan.expected_rows)
+    progress.note(f"run {run.plan.run_id}: {run.plan.expected_rows:,} rows, model {run.model} ({run.device})")
+
+    def results() -> Iterator[pa.RecordBatch]:
+        run.stage = "inference"
+        t_engine = time.monotonic()
+        try:
+            for batch in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+                if not run.timing.first_result_seconds:
+                    run.timing.first_result_seconds = time.monotonic() - t_engine
+                    run.timing.startup_seconds = max(0.0, run.timing.first_result_seconds - batch_engine_seconds(batch))
+                for b in cast("pa.Table", batch).to_batches():
+                    progress.advance(b.num_rows)
+                    yield b
+        finally:
+            run.timing.engine_seconds = time.monotonic() - t_engine
+            progress.close()
+        run.stage = "write"
+
+    return write_results(run.ledger, run.consumer.task, results(), run.stats)
+
+
+def commit_run(run: JobRun, files: list[DataFile]) -> CommitResult:
+    """Results and the new watermark, one commit (after the row count and error rate are checked)."""
+    from icebatch_job.runner import commit_results
+
+    run.stage = "commit"
+    assert run.plan is not None and run.stats is not None
+    return commit_results(
+        run.ledger,
+        run.plan,
+        files,
+        run.stats,
+        run.totals(),
+        exact_rows=run.exact_rows,
+        max_inference_error_rate=run.settings.engine.max_inference_error_rate,
     )
 
 
-def _failed(
-    settings: Settings,
-    request: JobRequest,
-    plan: RunPlan | None,
-    started: datetime,
-    t0: float,
-    stats: RunStats | None,
-    engine_seconds: float,
-    gpus: int,
-    error: BaseException,
-    stage: str,
-    *,
-    retryable: bool,
-) -> BatchJobFailed:
-    job_seconds = time.monotonic() - t0
+def completed(run: JobRun, commit: CommitResult) -> JobResult:
+    """The report on the console, and "Batch Job Completed" on the bus."""
+    assert run.plan is not None and run.stats is not None
+    event = completed_event(
+        run.plan,
+        run.totals(),
+        deployment=run.settings.top.deployment,
+        rows_by_status=dict(run.stats.statuses),
+        labels=run.stats.label_breakdown(),
+        cost=run.cost(),
+        ledger_snapshot_id=commit.ledger_snapshot_id,
+        finished_at=datetime.now(UTC),
+    )
+    run.out(completed_text(event, include_state=False))
+    publish(run.publisher, event)
+    return JobResult("completed", plan=run.plan, completed=event)
+
+
+def failed_event(run: JobRun, error: BaseException, *, retryable: bool) -> BatchJobFailed:
+    p, stats = run.plan, run.stats
     reason = str(error) or type(error).__name__
     if isinstance(error, (KeyboardInterrupt, JobInterrupted)):
         reason = "interrupted (SIGTERM/SIGINT): nothing was committed"
     return BatchJobFailed(
-        run_id=plan.run_id if plan else request.run_id,
-        consumer=settings.consumer,
-        source_table=settings.source_table,
-        range=SnapshotRange(from_exclusive=plan.from_snapshot_exclusive, to_inclusive=plan.to_snapshot_inclusive)
-        if plan
+        deployment=run.settings.top.deployment,
+        run_id=p.run_id if p else run.request.run_id,
+        consumer=run.consumer.name,
+        task=run.consumer.task.name,
+        task_version=run.consumer.task_version,
+        source_table=run.consumer.source_table,
+        range=SnapshotRange(from_exclusive=p.from_snapshot_exclusive, to_inclusive=p.to_snapshot_inclusive)
+        if p
         else None,
         reason=reason[:2000],
         error_type=type(error).__name__,
-        stage=stage if stage in {"plan", "start", "inference", "write", "commit"} else "unknown",
+        stage="commit" if isinstance(error, WatermarkConflictError) else run.stage,
         retryable=retryable,
         rows_processed=stats.rows if stats else 0,
         tokens=TokenCounts(input=stats.input_tokens, output=stats.output_tokens) if stats else None,
-        engine_seconds=engine_seconds,
-        job_seconds=job_seconds,
-        cost=_cost(settings, stats, engine_seconds, job_seconds, gpus) if plan else None,
-        rayjob_name=request.rayjob_name,
-        started_at=started,
+        engine_seconds=run.timing.engine_seconds,
+        job_seconds=run.elapsed,
+        cost=run.cost() if p else None,
+        rayjob_name=run.request.rayjob_name,
+        started_at=run.started,
         failed_at=datetime.now(UTC),
     )
 
 
-def _publish(publisher: EventPublisher, event: BatchJobCompleted | BatchJobFailed) -> None:
+def publish(publisher: EventPublisher, event: BatchJobCompleted | BatchJobFailed) -> None:
     try:
         event_id = publisher.publish(event)
         log.info("emitted %r (%s)", event.detail_type, event_id)

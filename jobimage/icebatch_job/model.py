@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from icebatch.errors import ModelUnavailableError, TransientError
-from icebatch.settings import Settings
+from icebatch.core.consumers import Consumer
+from icebatch.core.errors import ModelUnavailableError, TransientError
+from icebatch.core.settings import Settings
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 MODEL_FIX = (
@@ -29,11 +30,12 @@ def is_remote_model(source: str) -> bool:
     return source.startswith(("s3://", "gs://", "hf://")) or (not source.startswith(("/", ".")) and "/" in source)
 
 
-def resolve_model(settings: Settings) -> str:
-    """The configured model (checked), or the tiny local model (built on first use)."""
-    if settings.model_source:
-        check_model(settings, settings.model_source)
-        return settings.model_source
+def resolve_model(settings: Settings, consumer: Consumer | None = None) -> str:
+    """The consumer's model, else the deployment's (checked), else the tiny local model (built on first use)."""
+    source = consumer.model_source(settings) if consumer else settings.engine.model_source
+    if source:
+        check_model(settings, source)
+        return source
     from icebatch_job.tiny_model import build_tiny_model
 
     return str(build_tiny_model(settings.tiny_model_dir))
@@ -57,7 +59,7 @@ def _check_s3_model(settings: Settings, source: str) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, prefix = _split_s3(source)
-    s3 = boto3.client("s3", region_name=settings.aws_region, endpoint_url=settings.aws_endpoint_url)
+    s3 = boto3.client("s3", region_name=settings.aws.aws_region, endpoint_url=settings.aws.aws_endpoint_url)
     try:
         s3.head_object(Bucket=bucket, Key=prefix + "config.json")
     except ClientError as e:

@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icebatch.settings import Settings
+from icebatch.core.settings import Settings
+from icebatch.core.task import TaskSpec
 
-from icebatch_job.prompts import ID, TRUNCATED, PromptStage
-from icebatch_job.results import result_row, results_arrow_schema
-from icebatch_job.task import TaskSpec
+from icebatch_job.columns import SMALL_CPU
+from icebatch_job.parse import ParseStage
+from icebatch_job.prompts import PromptStage
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     import ray.data
 
 log = logging.getLogger(__name__)
 
-SMALL_CPU = 0.1  # CPU share of the light stages: on 2 cores, whole CPUs for them starve the engine
 PROMPT_STAGE_MEMORY = 512 * 1024**2  # a tokenizer and its batch (measured ~310 MiB with the tiny model)
 
 
@@ -47,33 +45,35 @@ class EngineConfig:
 
 
 def engine_config(settings: Settings, model_source: str, device: str) -> EngineConfig:
-    """vLLM engine arguments from the settings (pure; see tests/unit/test_pipeline_plan.py)."""
+    """vLLM engine arguments from the settings (pure; see tests/unit/test_engine_plan.py)."""
     kwargs: dict[str, Any] = {
-        "max_model_len": settings.max_model_len,
-        "dtype": settings.dtype,
-        "enable_prefix_caching": settings.enable_prefix_caching,
-        "enable_chunked_prefill": settings.enable_chunked_prefill,
-        "enforce_eager": settings.enforce_eager if settings.enforce_eager is not None else device == "cpu",
+        "max_model_len": settings.engine.max_model_len,
+        "dtype": settings.engine.dtype,
+        "enable_prefix_caching": settings.engine.enable_prefix_caching,
+        "enable_chunked_prefill": settings.engine.enable_chunked_prefill,
+        "enforce_eager": settings.engine.enforce_eager
+        if settings.engine.enforce_eager is not None
+        else device == "cpu",
     }
-    if settings.structured_output:
+    if settings.engine.structured_output:
         # guidance keeps strings free of raw control characters (xgrammar let ~15 % through on CPU)
         kwargs["structured_outputs_config"] = {"backend": "guidance", "disable_any_whitespace": True}
-    if settings.max_num_batched_tokens:
-        kwargs["max_num_batched_tokens"] = settings.max_num_batched_tokens
-    if settings.max_num_seqs:
-        kwargs["max_num_seqs"] = settings.max_num_seqs
+    if settings.engine.max_num_batched_tokens:
+        kwargs["max_num_batched_tokens"] = settings.engine.max_num_batched_tokens
+    if settings.engine.max_num_seqs:
+        kwargs["max_num_seqs"] = settings.engine.max_num_seqs
     if device == "gpu":
-        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
-    if model_source.startswith("s3://") and settings.model_load_format == "runai_streamer":
+        kwargs["gpu_memory_utilization"] = settings.engine.gpu_memory_utilization
+    if model_source.startswith("s3://") and settings.engine.model_load_format == "runai_streamer":
         kwargs["load_format"] = "runai_streamer"  # else Ray Data LLM downloads it to the node's disk first
     return EngineConfig(
         model_source=model_source,
         model_name=model_source.rstrip("/").rsplit("/", 1)[-1],
         device=device,
         engine_kwargs=kwargs,
-        batch_size=settings.batch_size,
-        concurrency=settings.concurrency,
-        accelerator_type=settings.accelerator_type if device == "gpu" else None,
+        batch_size=settings.engine.batch_size,
+        concurrency=settings.engine.concurrency,
+        accelerator_type=settings.engine.accelerator_type if device == "gpu" else None,
     )
 
 
@@ -99,40 +99,6 @@ def processor_config(cfg: EngineConfig) -> Any:
         max_concurrent_batches=4,
         **extra,
     )
-
-
-class ParseStage:
-    """Engine outputs -> result rows (one per input row, explicit status)."""
-
-    def __init__(self, task: TaskSpec, run_id: str, model: str) -> None:
-        self.task = task
-        self.run_id = run_id
-        self.model = model
-        self.schema = results_arrow_schema(task)
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        import pyarrow as pa
-
-        now = datetime.now(UTC)
-        rows = []
-        for r in batch.to_pylist():
-            error = r.get("__inference_error__") or None
-            rows.append(
-                result_row(
-                    source_id=r[ID],
-                    run_id=self.run_id,
-                    task=self.task,
-                    processed_at=now,
-                    model=self.model,
-                    raw_output=r.get("generated_text"),
-                    inference_error=error,
-                    input_truncated=bool(r.get(TRUNCATED)),
-                    num_input_tokens=r.get("num_input_tokens") or 0,
-                    num_generated_tokens=r.get("num_generated_tokens") or 0,
-                    llm_seconds=max(0.0, float(r.get("time_taken_llm") or 0.0)),
-                )
-            )
-        return pa.Table.from_pylist(rows, schema=self.schema)
 
 
 def build_engine_pipeline(
@@ -194,7 +160,7 @@ def build_pipeline(
     device: str,
 ) -> BuiltPipeline:
     """Source rows -> result rows, through the in-job engine or an existing endpoint (a setting)."""
-    if settings.engine_mode == "endpoint":
+    if settings.engine.engine_mode == "endpoint":
         from icebatch_job.endpoint import build_endpoint_pipeline
 
         return BuiltPipeline(build_endpoint_pipeline(source, task, settings, run_id=run_id), model)
@@ -205,7 +171,7 @@ def build_pipeline(
         cfg,
         run_id=run_id,
         model_path=model,
-        max_model_len=settings.max_model_len,
-        structured_output=settings.structured_output,
+        max_model_len=settings.engine.max_model_len,
+        structured_output=settings.engine.structured_output,
     )
     return BuiltPipeline(dataset, cfg.model_name)

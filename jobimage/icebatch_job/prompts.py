@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from icebatch_job.task import TaskSpec
+from icebatch.core.task import TaskSpec
 
-ID = "__icebatch_source_id"
-TRUNCATED = "__icebatch_truncated"
+from icebatch_job.columns import SAMPLING_PARAMS, SOURCE_ID, TOKENIZED_PROMPT, TRUNCATED
 
 
 @dataclass(frozen=True)
@@ -86,10 +85,10 @@ class PromptStage:
             prompts.append(p.token_ids)
             truncated.append(p.truncated)
         return {
-            ID: [str(x) for x in batch[self.builder.task.id_column]],
+            SOURCE_ID: [str(x) for x in batch[self.builder.task.id_column]],
             TRUNCATED: truncated,
-            "tokenized_prompt": prompts,
-            "sampling_params": [self.sampling] * n,
+            TOKENIZED_PROMPT: prompts,
+            SAMPLING_PARAMS: [self.sampling] * n,
         }
 
 

@@ -8,7 +8,7 @@ Every source row of a run becomes exactly one result row with an explicit ``stat
 - ``inference_error``: the engine or endpoint failed for this row (``error`` holds the message).
 
 Rows are written into data files as they stream in; the files only become visible with the ledger
-commit (``icebatch.ledger.ResultsLedger.commit``), together with the new watermark.
+commit (``icebatch.core.ledger.ResultsLedger.commit``), together with the new watermark.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from icebatch.ledger import RunTotals
-
-from icebatch_job.task import TaskSpec
+from icebatch.core.ledger import RunTotals
+from icebatch.core.task import TaskSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,35 +33,19 @@ STATUS_INVALID = "invalid_output"
 STATUS_ERROR = "inference_error"
 STATUSES = (STATUS_OK, STATUS_INVALID, STATUS_ERROR)
 
-SYSTEM_COLUMNS = (
-    "source_id",
-    "run_id",
-    "status",
-    "error",
-    "raw_output",
-    "input_truncated",
-    "num_input_tokens",
-    "num_generated_tokens",
-    "llm_seconds",
-    "model",
-    "processed_at",
-)
 
-
-def results_schema(task: TaskSpec) -> Schema:
-    """System columns, then one optional column per output property of the task."""
-    from pyiceberg.schema import Schema
+def _system_fields() -> list[Any]:
+    """The results table's own columns, in order (field ids 1..13): the one declaration of them."""
     from pyiceberg.types import (
         BooleanType,
         DoubleType,
         IntegerType,
-        LongType,
         NestedField,
         StringType,
         TimestamptzType,
     )
 
-    fields = [
+    return [
         NestedField(1, "source_id", StringType(), required=True, doc="Id of the source row"),
         NestedField(2, "run_id", StringType(), required=True, doc="Run that produced this row"),
         NestedField(3, "status", StringType(), required=True, doc="ok | invalid_output | inference_error"),
@@ -74,13 +57,30 @@ def results_schema(task: TaskSpec) -> Schema:
         NestedField(9, "llm_seconds", DoubleType(), required=False, doc="Time in the engine for this row"),
         NestedField(10, "model", StringType(), required=False),
         NestedField(11, "processed_at", TimestamptzType(), required=True),
+        NestedField(12, "task", StringType(), required=True, doc="Task that labelled the row"),
+        NestedField(13, "task_version", IntegerType(), required=True, doc="Version of the task (a backfill each)"),
     ]
+
+
+SYSTEM_COLUMNS = tuple(f.name for f in _system_fields())
+
+
+def results_schema(task: TaskSpec) -> Schema:
+    """System columns, then one optional column per output property of the task.
+
+    A row is identified by its source row and the task version: a new version is a backfill beside the
+    old version's rows.
+    """
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import BooleanType, DoubleType, LongType, NestedField, StringType
+
+    fields = _system_fields()
     types = {"string": StringType(), "integer": LongType(), "number": DoubleType(), "boolean": BooleanType()}
     for i, (name, prop) in enumerate(task.output_fields.items()):
         if name in SYSTEM_COLUMNS:
             raise ValueError(f"output property {name!r} clashes with a results system column")
         fields.append(NestedField(100 + i, name, types[prop["type"]], required=False, doc=prop.get("description")))
-    return Schema(*fields, identifier_field_ids=[1])
+    return Schema(*fields, identifier_field_ids=[1, 13])
 
 
 def results_arrow_schema(task: TaskSpec) -> pa.Schema:
@@ -135,15 +135,16 @@ class RunStats:
     def errors(self) -> int:
         return self.rows - self.ok
 
-    def totals(self, engine_seconds: float = 0.0, extra: dict[str, str] | None = None) -> RunTotals:
+    def totals(self, **run: Any) -> RunTotals:
+        """The run's totals: these counts, and what the job measured of the run (``RunTotals`` fields)."""
         return RunTotals(
             rows=self.rows,
             rows_ok=self.ok,
             rows_error=self.errors,
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
-            engine_seconds=engine_seconds,
-            extra=extra or {},
+            rows_truncated=self.truncated,
+            **run,
         )
 
     def label_breakdown(self) -> dict[str, dict[str, int]]:
@@ -194,6 +195,8 @@ def result_row(
     row: dict[str, Any] = {
         "source_id": str(source_id),
         "run_id": run_id,
+        "task": task.name,
+        "task_version": task.version,
         "status": status,
         "error": error,
         "raw_output": raw_output,

@@ -10,33 +10,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from icebatch.errors import IncompleteRunError, TooManyErrorsError
-from icebatch.ledger import CommitResult, ResultsLedger, RunPlan
+from icebatch.core.errors import IncompleteRunError, TooManyErrorsError
+from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan, RunTotals
+from icebatch.core.task import TaskSpec
 
-from icebatch_job.results import (
-    STATUS_ERROR,
-    RunStats,
-    results_arrow_schema,
-    results_schema,
-    write_data_files,
-)
-from icebatch_job.task import TaskSpec
+from icebatch_job.results import STATUS_ERROR, RunStats, results_arrow_schema, results_schema, write_data_files
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.manifest import DataFile
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ExecutedRun:
-    plan: RunPlan
-    stats: RunStats
-    commit: CommitResult
 
 
 def write_results(
@@ -52,10 +38,9 @@ def commit_results(
     plan: RunPlan,
     files: list[DataFile],
     stats: RunStats,
+    totals: RunTotals,
     *,
     exact_rows: int | None,
-    engine_seconds: float = 0.0,
-    extra_summary: dict[str, str] | None = None,
     max_inference_error_rate: float = 1.0,
 ) -> CommitResult:
     """Commit the files with the new watermark, after checking that every source row has its result row.
@@ -76,31 +61,6 @@ def commit_results(
         raise TooManyErrorsError(
             f"{failed} of {stats.rows} rows failed in the engine/endpoint (more than "
             f"{max_inference_error_rate:.0%}, ICEBATCH_MAX_INFERENCE_ERROR_RATE); nothing was committed and "
-            f"the range stays pending. First error: {stats.first_error}"
+            f"the range stays pending. First error: {str(stats.first_error)[:500]}"
         )
-    return ledger.commit(plan, files, stats.totals(engine_seconds=engine_seconds, extra=extra_summary))
-
-
-def execute(
-    ledger: ResultsLedger,
-    plan: RunPlan,
-    task: TaskSpec,
-    results: Iterable[pa.RecordBatch],
-    *,
-    exact_rows: int | None = None,
-    engine_seconds: float = 0.0,
-    extra_summary: dict[str, str] | None = None,
-) -> ExecutedRun:
-    """``write_results`` then ``commit_results``."""
-    stats = RunStats(task.label_fields)
-    files = write_results(ledger, task, results, stats)
-    commit = commit_results(
-        ledger,
-        plan,
-        files,
-        stats,
-        exact_rows=exact_rows,
-        engine_seconds=engine_seconds,
-        extra_summary=extra_summary,
-    )
-    return ExecutedRun(plan, stats, commit)
+    return ledger.commit(plan, files, totals)

@@ -14,16 +14,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from icebatch.settings import Settings
+from icebatch.core.settings import Settings
 
 from icebatch_job.model import is_remote_model
 
 log = logging.getLogger(__name__)
 
 
-def job_environment(settings: Settings, *, device: str) -> dict[str, str]:
-    """Environment variables the job's processes (driver and Ray workers) need."""
-    cache = settings.home_abs / "cache"
+def job_environment(settings: Settings, *, device: str, model: str | None = None) -> dict[str, str]:
+    """Environment variables the job's processes (driver and Ray workers) need (``model``: the run's)."""
+    cache = settings.home / "cache"
     env = {
         "XDG_CACHE_HOME": str(cache),
         "HF_HOME": str(cache / "huggingface"),
@@ -35,28 +35,28 @@ def job_environment(settings: Settings, *, device: str) -> dict[str, str]:
         "DO_NOT_TRACK": "1",
         "RAY_USAGE_STATS_ENABLED": "0",
         "TOKENIZERS_PARALLELISM": "false",
-        "VLLM_LOGGING_LEVEL": "DEBUG" if settings.log_level.upper() == "DEBUG" else "WARNING",
+        "VLLM_LOGGING_LEVEL": "DEBUG" if settings.top.log_level.upper() == "DEBUG" else "WARNING",
     }
-    source = settings.model_source
+    source = model or settings.engine.model_source
     if source is None or not is_remote_model(source) or source.startswith("s3://"):
         env["HF_HUB_OFFLINE"] = "1"
     # Ray Data LLM's model downloader and the run:ai streamer build their own S3 clients from the environment
-    if settings.aws_region:
-        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = settings.aws_region
-    if settings.aws_endpoint_url:
-        env["AWS_ENDPOINT_URL_S3"] = env["RUNAI_STREAMER_S3_ENDPOINT"] = settings.aws_endpoint_url
+    if settings.aws.aws_region:
+        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = settings.aws.aws_region
+    if settings.aws.aws_endpoint_url:
+        env["AWS_ENDPOINT_URL_S3"] = env["RUNAI_STREAMER_S3_ENDPOINT"] = settings.aws.aws_endpoint_url
         env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "0"
     if device == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.kv_cache_gib:g}"
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.engine.kv_cache_gib:g}"
     return env
 
 
-def prepare_environment(settings: Settings, *, device: str = "cpu") -> dict[str, str]:
+def prepare_environment(settings: Settings, *, device: str = "cpu", model: str | None = None) -> dict[str, str]:
     """Export the job environment into this process (explicit values already set win)."""
-    env = job_environment(settings, device=device)
+    env = job_environment(settings, device=device, model=model)
     for key, value in env.items():
         os.environ.setdefault(key, value)
-    (settings.home_abs / "cache").mkdir(parents=True, exist_ok=True)
+    (settings.home / "cache").mkdir(parents=True, exist_ok=True)
     return {k: os.environ[k] for k in env}
 
 
@@ -66,7 +66,7 @@ def ray_temp_dir(settings: Settings) -> str:
     Ray puts unix sockets in it, whose paths may not exceed 107 bytes; a deep ICEBATCH_HOME is reached
     through a short symlink in /tmp so that the files still live under the project's folder.
     """
-    real = settings.home_abs / "ray"
+    real = settings.home / "ray"
     real.mkdir(parents=True, exist_ok=True)
     if len(str(real)) <= 40:
         return str(real)
@@ -87,11 +87,11 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     kwargs: dict[str, Any] = {
         "runtime_env": {"env_vars": env},
         # workers' logs stay in Ray's session logs (under ICEBATCH_HOME/ray) unless debugging
-        "log_to_driver": settings.log_level.upper() == "DEBUG",
-        "logging_level": logging.DEBUG if settings.log_level.upper() == "DEBUG" else logging.WARNING,
+        "log_to_driver": settings.top.log_level.upper() == "DEBUG",
+        "logging_level": logging.DEBUG if settings.top.log_level.upper() == "DEBUG" else logging.WARNING,
         "ignore_reinit_error": True,
     }
-    address = os.environ.get("RAY_ADDRESS") or settings.ray_address
+    address = os.environ.get("RAY_ADDRESS") or settings.launch.ray_address
     if address:
         kwargs["address"] = address
     else:
@@ -117,8 +117,8 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
 
 def detect_device(settings: Settings) -> str:
     """`cpu` or `gpu`: as configured, or what the Ray cluster has when `auto`."""
-    if settings.device != "auto":
-        return settings.device
+    if settings.engine.device != "auto":
+        return settings.engine.device
     try:
         import ray
 

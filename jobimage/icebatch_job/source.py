@@ -15,7 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import ray.data
-from icebatch.ledger import RunPlan
+from icebatch.core.ledger import RunPlan
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
@@ -96,9 +96,7 @@ class IncrementalIcebergDatasource(Datasource):
 
     @property
     def exact_rows(self) -> int | None:
-        if any(t.delete_files for t in self._tasks):
-            return None
-        return sum(t.file.record_count for t in self._tasks)
+        return _exact_rows(self._tasks)
 
     def estimate_inmemory_data_size(self) -> int | None:
         return sum(t.file.file_size_in_bytes for t in self._tasks) * _INFLATION
@@ -137,7 +135,10 @@ class IncrementalIcebergDatasource(Datasource):
 
 def exact_row_count(table: Table, plan: RunPlan) -> int | None:
     """Rows the range holds, from the planned files; None when delete files make it inexact."""
-    tasks = list(_scan(table, plan, None).plan_files())
+    return _exact_rows(list(_scan(table, plan, None).plan_files()))
+
+
+def _exact_rows(tasks: list[FileScanTask]) -> int | None:
     if any(t.delete_files for t in tasks):
         return None
     return sum(t.file.record_count for t in tasks)

@@ -29,7 +29,8 @@ CHAT_TEMPLATE = (
 
 
 def _corpus(n: int = 3000) -> list[str]:
-    from icebatch_job.task import load_task
+    from icebatch.core.task import load_task
+
     from icebatch_job.tickets import generate_tickets
 
     rng = random.Random(0)

@@ -38,7 +38,7 @@ LAMBDA_TIMEOUT = 300
 # What Lambda's Python runtime does with the function's Handler setting, given an event.
 _INVOKE = """
 import importlib, json, os, sys
-from icebatch.invoke import LocalContext
+from icebatch.tools.invoke import LocalContext
 module, _, name = sys.argv[1].rpartition(".")
 handler = getattr(importlib.import_module(module), name)
 event = json.load(open(sys.argv[2]))

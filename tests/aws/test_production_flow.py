@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from icebatch.catalog import open_catalog
-from icebatch.ledger import open_ledger
-from icebatch.settings import Settings
+from icebatch.core.catalog import open_catalog
+from icebatch.core.consumers import load_consumers
+from icebatch.core.ledger import open_ledger
+from icebatch.core.settings import Settings
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.aws.deploy import ACCOUNT, Deployed, access_key, deploy
@@ -41,6 +42,7 @@ pytestmark = pytest.mark.aws
 STACK = "icebatch-dev"
 NAMESPACE = "icebatch"
 JOB_TIMEOUT = 900
+ROWS = 200  # at least both bundled consumers' backlog thresholds (triage 100, privacy 200)
 
 
 @dataclass
@@ -111,11 +113,10 @@ def world(
         "WarehousePrefix": "warehouse/",
         "SourceDatabase": database,
         "SourceTablePrefix": f"warehouse/{database}.db/tickets/",
-        "ResultsTablePrefix": f"warehouse/{database}.db/tickets_triage_results/",
+        "ResultsTablesPrefix": f"warehouse/{database}.db/tickets_",
         "ModelBucket": models,
         "ModelPrefix": "tiny-llama/",
         "JobImage": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/icebatch-job:test",
-        "BacklogThreshold": "50",
     }
     deployed = deploy(STACK, parameters, endpoint=aws_endpoint, home=home)
     sqs = client("sqs", aws_endpoint)
@@ -153,8 +154,8 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
     d = world.deployed
     # given tickets committed to the source table in Glue (the warehouse in S3, its EventBridge turned on)
     s = world.launcher_settings()
-    table = ensure_source_table(open_catalog(s), s.source_table)
-    snapshot = append_tickets(table, generate_tickets(60, random.Random(5)))
+    table = ensure_source_table(open_catalog(s), s.catalog.source_table)
+    snapshot = append_tickets(table, generate_tickets(ROWS, random.Random(5)))
 
     # then S3's "Object Created" events reach the launcher only for the commits' metadata files
     s3_events = d.drain("LauncherFunction", expect=2)
@@ -187,57 +188,68 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
 
     # when the launcher is invoked with the newest metadata event
     launch = d.invoke("LauncherFunction", s3_events[-1])
-    decision = launch.response["decision"]
+    decisions = {x["consumer"]: x for x in launch.response["decisions"]}
 
-    # then it launched a RayJob through the API server EKS names (HTTPS, the cluster's CA, an STS-signed token)
-    assert decision["decision"] == "launch", decision
-    assert (decision["backlog_rows"], decision["current_snapshot_id"], decision["origin"]) == (60, snapshot, "s3")
-    [name] = world.k8s.names(NAMESPACE)
-    manifest = world.k8s.objects[(NAMESPACE, name)]
+    # then it launched a RayJob per consumer (the bundled consumers file: triage and privacy) through the API
+    # server EKS names (HTTPS, the cluster's CA, an STS-signed token)
+    assert sorted(decisions) == ["privacy", "triage"]
+    for decision in decisions.values():
+        assert decision["decision"] == "launch", decision
+        assert (decision["backlog_rows"], decision["current_snapshot_id"], decision["origin"]) == (ROWS, snapshot, "s3")
+    assert world.k8s.names(NAMESPACE) == sorted(x["job_name"] for x in decisions.values())
     assert world.k8s.identities and world.k8s.identities[-1].startswith("arn:aws:sts::")
-    for version in VERSIONS:  # the API server checked v1.7.0 strictly; v1.6.1 accepts it too
-        assert errors({k: v for k, v in manifest.items() if k != "status"}, version) == []
-    # and the same event again (EventBridge delivers at least once) is "already launched"
-    again = d.invoke("LauncherFunction", glue_event).response["decision"]
-    assert again["decision"] == "already_launched", (again, glue_event)
+    manifests = {c: world.k8s.objects[(NAMESPACE, x["job_name"])] for c, x in decisions.items()}
+    for manifest in manifests.values():
+        for version in VERSIONS:  # the API server checked v1.7.0 strictly; v1.6.1 accepts it too
+            assert errors({k: v for k, v in manifest.items() if k != "status"}, version) == []
+    # and the same change again (EventBridge delivers at least once) is "already launched", for each
+    again = d.invoke("LauncherFunction", glue_event).response["decisions"]
+    assert {x["decision"] for x in again} == {"already_launched"}, again
 
-    # when the job runs with exactly the pod's command line and environment
-    done = _run_like_the_pod(world, manifest)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    assert "BATCH SUMMARY" in done.stdout and "TOKENOMICS" in done.stdout
+    # when each job runs with exactly its pod's command line and environment
+    for consumer, manifest in manifests.items():
+        done = _run_like_the_pod(world, manifest)
+        assert done.returncode == 0, consumer + done.stdout[-3000:] + done.stderr[-6000:]
+        assert "BATCH SUMMARY" in done.stdout and "TOKENOMICS" in done.stdout
 
-    # then the results and the watermark are in Glue/S3, in one commit
-    ledger = open_ledger(s)
-    assert ledger.watermark().source_snapshot_id == snapshot
-    results = ledger.results()
-    assert results is not None and results.metadata.location.startswith(f"s3://{world.bucket}/warehouse/")
-    rows = results.scan(selected_fields=("source_id", "status")).to_arrow().to_pylist()
-    assert len(rows) == 60 and len({r["source_id"] for r in rows}) == 60
+    # then each consumer's results and watermark are in Glue/S3, in one commit, in its own table
+    for consumer in load_consumers(s):
+        ledger = open_ledger(s, consumer)
+        assert ledger.watermark().source_snapshot_id == snapshot
+        results = ledger.results()
+        assert results is not None and results.metadata.location.startswith(f"s3://{world.bucket}/warehouse/")
+        rows = results.scan(selected_fields=("source_id", "task")).to_arrow().to_pylist()
+        assert len(rows) == ROWS and len({r["source_id"] for r in rows}) == ROWS
+        assert {r["task"] for r in rows} == {consumer.task.name}
 
-    # and the completion event went through the deployed reporter rule (the launcher's announcement did not)
-    [completed] = d.drain("ReporterFunction", expect=1)
-    assert completed["detail-type"] == "Batch Job Completed" and completed["detail"]["rows"] == 60
+    # and the completion events went through the deployed reporter rule (the launches' announcements did not)
+    completed = d.drain("ReporterFunction", expect=2)
+    assert sorted((e["detail-type"], e["detail"]["consumer"]) for e in completed) == [
+        ("Batch Job Completed", "privacy"),
+        ("Batch Job Completed", "triage"),
+    ]
 
-    # when the reporter gets it, twice (at-least-once delivery)
-    first = d.invoke("ReporterFunction", completed).response
-    second = d.invoke("ReporterFunction", completed).response
-    assert first == second and first["status"] == "reported"
+    # when the reporter gets each, twice (at-least-once delivery)
+    for event in completed:
+        first = d.invoke("ReporterFunction", event).response
+        second = d.invoke("ReporterFunction", event).response
+        assert first == second and first["status"] == "reported"
 
-    # then one report reached the topic's subscribers, naming the instance type and rate it billed
-    reports = _topic_messages(world)
-    assert len(reports) == 1, reports
-    report = json.loads(reports[0]["Message"])
-    assert report["cost"]["instance_type"] == "g6.xlarge"
-    assert (
-        report["cost"]["rate_source"] == "g6.xlarge on-demand (us-east-1)" and report["cost"]["hourly_rate"] == 0.8048
-    )
-    assert reports[0]["Subject"].startswith("icebatch triage: 60 tickets, $")
-    assert reports[0]["MessageAttributes"]["consumer"]["Value"] == "triage"
+    # then one report per run reached the topic's subscribers, naming its consumer, instance type and rate
+    reports = {m["MessageAttributes"]["consumer"]["Value"]: m for m in _topic_messages(world)}
+    assert sorted(reports) == ["privacy", "triage"]
+    for consumer, message in reports.items():
+        report = json.loads(message["Message"])
+        assert (report["consumer"], report["deployment"]) == (consumer, STACK)
+        assert report["cost"]["instance_type"] == "g6.xlarge" and report["cost"]["hourly_rate"] == 0.8048
+        assert report["cost"]["rate_source"] == "g6.xlarge on-demand (us-east-1)"
+        assert message["Subject"].startswith(f"icebatch {consumer}: {ROWS} tickets, $")
 
-    # and the nightly schedule, as deployed, finds nothing new once the job is done
-    world.k8s.set_status(name, NAMESPACE, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
-    nightly = d.invoke("LauncherFunction", d.schedule_input("LauncherFunctionNightly")).response["decision"]
-    assert (nightly["decision"], nightly["reason"]) == ("skip", "nothing new since the watermark")
+    # and the nightly schedule, as deployed, finds nothing new once the jobs are done
+    for x in decisions.values():
+        world.k8s.set_status(x["job_name"], NAMESPACE, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
+    nightly = d.invoke("LauncherFunction", d.schedule_input("LauncherFunctionNightly")).response["decisions"]
+    assert {(x["decision"], x["reason"]) for x in nightly} == {("skip", "nothing new since the watermark")}
 
     # and every AWS call each part made was allowed by its role as deployed (least privilege, and enough)
     for role in ("LauncherFunctionRole", "ReporterFunctionRole", "JobRole", "WarehouseEventBridgeFunctionRole"):
@@ -267,7 +279,7 @@ def test_a_permanent_launcher_error_is_counted_where_the_deployed_alarm_looks(wo
     invocation = world.deployed.invoke(
         "LauncherFunction", event, ICEBATCH_K8S_NAMESPACE="locked", ICEBATCH_DRY_RUN="false"
     )
-    assert invocation.response["decision"]["error_type"] in {"ClusterPermissionError"}, invocation.response
+    assert invocation.response["error_type"] == "ClusterPermissionError", invocation.response
     # then the EMF it printed carries LaunchErrors under exactly the namespace and dimensions an alarm watches
     alarms = client("cloudwatch", world.endpoint).describe_alarms()["MetricAlarms"]
     watched = {
@@ -285,17 +297,26 @@ def test_a_permanent_launcher_error_is_counted_where_the_deployed_alarm_looks(wo
     assert (f"icebatch/{STACK}", "LaunchErrors", (("service", "launcher"),)) in published & watched
 
 
-def test_a_second_stack_deploys_beside_the_first_in_one_account(world: World) -> None:
+def test_a_second_stack_deploys_beside_the_first_and_they_do_not_cross_talk(world: World) -> None:
     # given the dev stack of this module; when a prod stack of the same template is deployed in the account
+    dev = world.deployed
     prod = deploy(
         "icebatch-prod",
-        {**{k: v for k, v in world.deployed.stack.parameters.items() if v is not None}},
+        {k: v for k, v in dev.stack.parameters.items() if v is not None},
         endpoint=world.endpoint,
         home=world.home / "prod",
     )
     # then both nightly schedules exist, each its own
-    dev_schedule = world.deployed.schedules["LauncherFunctionNightly"]
-    prod_schedule = prod.schedules["LauncherFunctionNightly"]
+    dev_schedule, prod_schedule = dev.schedules["LauncherFunctionNightly"], prod.schedules["LauncherFunctionNightly"]
     assert dev_schedule != prod_schedule
     names = {s["Name"] for s in client("scheduler", world.endpoint).list_schedules()["Schedules"]}
     assert {dev_schedule, prod_schedule} <= names
+    # and a run of one stack reaches its own reporter only
+    example = json.loads((Path(__file__).resolve().parents[2] / "sam/events/completed.json").read_text())
+    for stack in ("icebatch-dev", "icebatch-prod"):
+        detail = {**example["detail"], "deployment": stack, "run_id": f"triage-{stack}"}
+        client("events", world.endpoint).put_events(
+            Entries=[{"Source": "icebatch", "DetailType": "Batch Job Completed", "Detail": json.dumps(detail)}]
+        )
+    assert [e["detail"]["deployment"] for e in dev.drain("ReporterFunction", expect=1)] == ["icebatch-dev"]
+    assert [e["detail"]["deployment"] for e in prod.drain("ReporterFunction", expect=1)] == ["icebatch-prod"]

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from icebatch import contracts
-from icebatch.bus import matches
-from icebatch.events import DETAIL_MODELS, SCHEMA_VERSION
-from icebatch.rules import PATTERNS, fill
+from icebatch.core.events import DETAIL_MODELS, SCHEMA_VERSION
+from icebatch.core.rules import PATTERNS, fill, matches
+from icebatch.tools import contracts
 
 pytestmark = pytest.mark.contract
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +40,7 @@ def test_valid_examples_satisfy_schema_and_model(path: Path) -> None:
     detail_type = event["detail-type"]
     jsonschema.Draft202012Validator(_schema(detail_type)).validate(event["detail"])
     DETAIL_MODELS[detail_type].model_validate(event["detail"])
-    routed = matches(PATTERNS["reporter"], event)
+    routed = matches(fill(PATTERNS["reporter"], {"AWS::StackName": event["detail"].get("deployment", "")}), event)
     assert routed == (detail_type in {"Batch Job Completed", "Batch Job Failed"})
 
 

@@ -7,15 +7,17 @@ import shlex
 from pathlib import Path
 
 import pytest
-from icebatch.cli import build_parser, config_markdown
+from icebatch.tools.cli import build_parser
+from icebatch.tools.cli.meta import config_markdown
 
 pytestmark = pytest.mark.contract
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
 
-def test_configuration_table_is_the_generated_one() -> None:
-    assert config_markdown() in README, "regenerate it with `icebatch config --markdown`"
+def test_configuration_tables_are_the_generated_ones() -> None:
+    section = README.split("<!-- config:start -->\n", 1)[1].split("\n<!-- config:end -->", 1)[0]
+    assert section == config_markdown(), "regenerate it with `icebatch config --markdown`"
 
 
 def _documented_commands() -> list[str]:
@@ -40,7 +42,7 @@ def test_documented_commands_parse(line: str) -> None:
 
 def _with_values(args: list[str]) -> list[str]:
     needs_value = {"--tickets": "10", "--batches": "2", "--seed": "1", "--limit": "5", "--to-snapshot": "1",
-                   "--reason": "r", "--event": "f.json", "--trigger": "manual"}  # fmt: skip
+                   "--reason": "r", "--event": "f.json", "--trigger": "manual", "--consumer": "triage"}  # fmt: skip
     out: list[str] = []
     for i, a in enumerate(args):
         out.append(a)

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from icebatch.rayjob import RAY_VERSION
+from icebatch.control.rayjob import RAY_VERSION
 
 pytestmark = pytest.mark.contract
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,21 @@ def test_installs_are_constrained_by_the_base_images_own_freeze() -> None:
     assert installs, runs
     for args in installs:
         assert f"-c {freeze.group(1)}" in args or "--no-deps" in args, f"unconstrained: pip install {args}"
-    assert "-r jobimage/requirements.txt" in runs and "COPY --chown=ray:users jobimage/requirements.txt" in DOCKERFILE
+    assert (
+        "-r requirements.txt" in runs
+        and "COPY --chown=ray:users jobimage/requirements.txt ./requirements.txt" in DOCKERFILE
+    )
+
+
+def test_the_image_carries_the_core_and_the_data_plane_only() -> None:
+    copied = re.findall(r"^COPY --chown=\S+ (.+) \S+$", DOCKERFILE, flags=re.M)
+    sources = [src for line in copied for src in line.split()]
+    assert "functions/icebatch/core" in sources and "jobimage/icebatch_job" in sources
+    assert not any(
+        src.startswith(("functions/icebatch/control", "functions/icebatch/tools", "functions/consumers"))
+        for src in sources
+    )
+    assert "functions/icebatch" not in sources  # not the whole package
 
 
 def test_the_job_images_requirements_match_the_project() -> None:

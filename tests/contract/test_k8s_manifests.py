@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 import yaml
-from icebatch.instances import INSTANCE_TYPES, allocatable, can_host
-from icebatch.rayjob import METRICS_PORT, JobSpec, build_rayjob_manifest
-from icebatch.settings import Settings
+from icebatch.control.rayjob import METRICS_PORT, JobSpec, build_rayjob_manifest
+from icebatch.core.instances import INSTANCE_TYPES, allocatable, can_host
+from icebatch.core.settings import Settings
 
+from tests.support.consumers import triage
 from tests.support.crd import CRDS, SHARED, manifest_errors, vendored
 
 pytestmark = pytest.mark.contract
@@ -32,8 +33,9 @@ def one(kind: str) -> dict[str, Any]:
 
 
 def _spec() -> JobSpec:
-    return JobSpec(name="ib-t-init-a1", run_id="r", consumer="triage", source_table="s.t", from_snapshot=None,
-                   to_snapshot=1, backlog_rows=1, gpus=1, attempt=1, trigger="schedule")  # fmt: skip
+    return JobSpec(name="ib-t-init-a1", run_id="r", deployment="local", consumer=triage(), tag="init",
+                   from_snapshot=None, to_snapshot=1, backlog_rows=1, gpus=1, attempt=1,
+                   trigger="schedule")  # fmt: skip
 
 
 def _worker(settings: Settings = DEFAULTS) -> dict[str, Any]:
@@ -74,10 +76,10 @@ def test_the_worker_fits_every_instance_type_the_node_pool_allows() -> None:
     requirements = {r["key"]: r["values"] for r in pool["spec"]["template"]["spec"]["requirements"]}
     types = requirements["node.kubernetes.io/instance-type"]
     resources = _worker()["template"]["spec"]["containers"][0]["resources"]
-    requests = DEFAULTS.worker_requests
+    requests = DEFAULTS.cluster.worker_requests
     assert (resources["requests"]["cpu"], resources["requests"]["memory"]) == (
-        DEFAULTS.worker_cpu,
-        DEFAULTS.worker_memory,
+        DEFAULTS.cluster.worker_cpu,
+        DEFAULTS.cluster.worker_memory,
     )
     # then Karpenter's allocatable resources of each type leave room for the worker (after the DaemonSets)
     for name in types:
@@ -87,7 +89,7 @@ def test_the_worker_fits_every_instance_type_the_node_pool_allows() -> None:
     assert sorted(requirements["karpenter.k8s.aws/instance-family"]) == sorted(
         {INSTANCE_TYPES[t].family for t in types}
     )
-    assert types == DEFAULTS.gpu_instance_types == DEFAULTS.hosting_instance_types
+    assert types == DEFAULTS.cluster.gpu_instance_types == DEFAULTS.cluster.hosting_instance_types
 
 
 def test_a_worker_too_big_for_an_xlarge_is_kept_off_it_and_billed_at_the_size_that_hosts_it() -> None:
@@ -116,7 +118,7 @@ def test_every_manifest_has_the_required_fields() -> None:
             assert {"apiVersion", "kind", "metadata"} <= set(d), path.name
             assert d["metadata"]["name"], path.name
             if d["kind"] not in {"Namespace", "NodePool", "EC2NodeClass"}:
-                assert d["metadata"]["namespace"] == DEFAULTS.k8s_namespace, path.name
+                assert d["metadata"]["namespace"] == DEFAULTS.kubernetes.k8s_namespace, path.name
 
 
 def test_launcher_role_allows_only_what_the_launcher_does() -> None:
@@ -134,22 +136,24 @@ def test_launcher_role_allows_only_what_the_launcher_does() -> None:
 def test_gpu_node_pool_matches_the_rayjob() -> None:
     pool, node_class = one("NodePool"), one("EC2NodeClass")
     worker = _worker()["template"]["spec"]
-    assert pool["metadata"]["name"] == DEFAULTS.gpu_node_pool == worker["nodeSelector"]["karpenter.sh/nodepool"]
+    assert pool["metadata"]["name"] == DEFAULTS.cluster.gpu_node_pool == worker["nodeSelector"]["karpenter.sh/nodepool"]
     taint = pool["spec"]["template"]["spec"]["taints"][0]
     assert any(t["key"] == taint["key"] and t["effect"] == taint["effect"] for t in worker["tolerations"])
     requirements = {r["key"]: r["values"] for r in pool["spec"]["template"]["spec"]["requirements"]}
     assert requirements["karpenter.sh/capacity-type"] == ["spot", "on-demand"]
-    assert set(DEFAULTS.gpu_instance_types) <= set(requirements["node.kubernetes.io/instance-type"])
+    assert set(DEFAULTS.cluster.gpu_instance_types) <= set(requirements["node.kubernetes.io/instance-type"])
     assert pool["spec"]["limits"]["nvidia.com/gpu"]
     assert pool["spec"]["disruption"]["consolidationPolicy"] == "WhenEmpty"
-    assert pool["spec"]["disruption"]["consolidateAfter"] == f"{DEFAULTS.karpenter_consolidate_seconds}s"
+    assert pool["spec"]["disruption"]["consolidateAfter"] == f"{DEFAULTS.cluster.karpenter_consolidate_seconds}s"
     assert pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]
     assert node_class["spec"]["instanceStorePolicy"] == "RAID0"  # NVMe model cache
 
 
 def test_service_account_and_pod_monitor_match_the_job_pods() -> None:
     sa = one("ServiceAccount")
-    assert sa["metadata"]["name"] == DEFAULTS.service_account  # its IAM role: JobRole + JobPodIdentity in template.yaml
+    assert (
+        sa["metadata"]["name"] == DEFAULTS.kubernetes.service_account
+    )  # its IAM role: JobRole + JobPodIdentity in template.yaml
     monitor = one("PodMonitor")
     cluster = build_rayjob_manifest(DEFAULTS, _spec())["spec"]["rayClusterSpec"]
     for pod in (cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]):

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from icebatch.rules import PATTERNS, SCHEDULES
-from icebatch.settings import Settings
+from icebatch.core.rules import PATTERNS, SCHEDULES
+from icebatch.core.settings import env_names
 
 from tests.support.cfn import load_template, refs_as_placeholders
 
@@ -74,7 +74,7 @@ def test_no_wildcard_actions_and_scoped_resources() -> None:
     # the launcher reads table metadata, never data files
     assert [r["Fn::Sub"] for r in launcher["ReadIcebergMetadataOnly"]["Resource"]] == [
         "arn:${AWS::Partition}:s3:::${WarehouseBucket}/${SourceTablePrefix}metadata/*",
-        "arn:${AWS::Partition}:s3:::${WarehouseBucket}/${ResultsTablePrefix}metadata/*",
+        "arn:${AWS::Partition}:s3:::${WarehouseBucket}/${ResultsTablesPrefix}*_results/metadata/*",
     ]
     assert all("table/${SourceDatabase}/" in r["Fn::Sub"] for r in launcher["ReadIcebergTables"]["Resource"][2:])
     assert launcher["AnnounceJobsAndReportSilentFailures"]["Condition"] == {
@@ -94,7 +94,7 @@ def test_every_function_has_an_on_failure_destination_and_every_rule_a_dead_lett
 
 
 def test_function_environment_names_are_real_settings() -> None:
-    known = set(Settings.env_names().values())
+    known = set(env_names().values())
     for name, fn in FUNCTIONS.items():
         env = {
             **TEMPLATE["Globals"]["Function"]["Environment"]["Variables"],
@@ -155,7 +155,7 @@ def test_s3_events_match_only_metadata_files() -> None:
 
 
 def test_every_permanent_error_metric_has_an_alarm() -> None:
-    from icebatch.handlers import PERMANENT_ERROR_METRICS
+    from icebatch.control.handlers import PERMANENT_ERROR_METRICS
 
     alarms = {
         (r["Properties"]["MetricName"], tuple((d["Name"], d["Value"]) for d in r["Properties"]["Dimensions"]))
@@ -184,7 +184,7 @@ def test_the_job_has_its_own_least_privilege_identity() -> None:
     statements = {s["Sid"]: s for s in role["Policies"][0]["PolicyDocument"]["Statement"]}
     assert statements["ReportCompletionAndFailure"]["Condition"] == {"StringEquals": {"events:source": ["icebatch"]}}
     writes = statements["WriteTheResultsTable"]["Resource"]["Fn::Sub"]
-    assert writes.endswith("${WarehouseBucket}/${ResultsTablePrefix}*")
+    assert writes.endswith("${WarehouseBucket}/${ResultsTablesPrefix}*_results/*")
     association = RESOURCES["JobPodIdentity"]["Properties"]
     assert association["RoleArn"] == {"Fn::GetAtt": ["JobRole", "Arn"]}
     assert association["ServiceAccount"] == {"Ref": "JobServiceAccount"}

@@ -8,17 +8,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from icebatch.ledger import open_ledger
-from icebatch.settings import Settings
+from icebatch.core.consumers import load_consumers
+from icebatch.core.ledger import open_ledger
+from icebatch.core.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
 
-def test_the_demo_runs_the_whole_flow_then_finds_nothing_new(tmp_path: Path) -> None:
+def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_backfill(tmp_path: Path) -> None:
     home = tmp_path / ".icebatch"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
     done = subprocess.run(
-        [sys.executable, "-m", "icebatch.cli", "demo", "--tickets", "200", "--batches", "4"],
+        [sys.executable, "-m", "icebatch.tools.cli", "demo", "--tickets", "120", "--batches", "3"],
         capture_output=True,
         text=True,
         env={**env, "ICEBATCH_HOME": str(home)},
@@ -28,19 +29,29 @@ def test_the_demo_runs_the_whole_flow_then_finds_nothing_new(tmp_path: Path) -> 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     # every step, in order
-    positions = [out.index(f"==> {n}/5") for n in range(1, 6)]
+    positions = [out.index(f"==> {n}/6") for n in range(1, 7)]
     assert positions == sorted(positions)
-    assert out.count("tickets -> snapshot") == 4 and "200 rows in 4 snapshots" in out
-    # the job ran (progress on stderr), the report reached the reporter and was printed and filed
-    assert "rows" in done.stderr and "100.0%" in done.stderr
-    assert "[report] icebatch triage: 200 tickets, $" in out
+    assert out.count("tickets -> snapshot") == 3
+    # one launcher invocation launched both consumers' jobs, and each report reached the reporter
+    first = out[positions[3] : positions[4]]
+    assert (
+        "triage: launch (scheduled drain of 120 rows)" in first
+        and "privacy: launch (scheduled drain of 120 rows)" in first
+    )
+    assert first.count("ran in-process: completed") == 2
+    assert "[report] icebatch triage: 120 tickets, $" in out and "[report] icebatch privacy: 120 tickets, $" in out
     for block in ("INCREMENTAL STATE", "BATCH SUMMARY", "TOKENOMICS"):
         assert block in out
-    assert "launcher decision: launch (scheduled drain of 200 rows)" in out and "ran in-process: completed" in out
-    assert "launcher decision: skip (nothing new since the watermark)" in out
-    assert len(list((home / "reports").glob("*.completed.txt"))) == 1
-    assert "BATCH SUMMARY" in next((home / "jobs").glob("*.log")).read_text()
-    # and the ledger holds every ticket once
-    ledger = open_ledger(Settings(home=home))
-    ids = ledger.results().scan(selected_fields=("source_id",)).to_arrow()["source_id"].to_pylist()
-    assert len(ids) == len(set(ids)) == 200 and ledger.backlog().rows == 0
+    assert out[positions[4] : positions[5]].count("skip (nothing new since the watermark)") == 2
+    # a new task version: the whole table again, estimated, and refused by the budget
+    last = out[positions[5] :]
+    assert "triage (v2): 120 rows" in last and "triage: skip (over budget" in last
+    reports = sorted(p.name.split("-")[0] for p in (home / "reports").glob("*.completed.txt"))
+    assert reports == ["privacy", "triage"]
+    assert "BATCH SUMMARY" in next((home / "jobs").glob("ib-triage-*.log")).read_text()
+    # and each consumer's results table holds every ticket once
+    settings = Settings(home=home)
+    for consumer in load_consumers(settings):
+        ledger = open_ledger(settings, consumer)
+        ids = ledger.results().scan(selected_fields=("source_id",)).to_arrow()["source_id"].to_pylist()
+        assert len(ids) == len(set(ids)) == 120 and ledger.backlog().rows == 0

@@ -4,15 +4,26 @@ import json
 from pathlib import Path
 
 import pytest
-from icebatch.settings import Settings
+from icebatch.core.consumers import consumer_named, load_consumers
+from icebatch.core.ledger import ResultsLedger, open_ledger
+from icebatch.core.settings import Settings
+
+from tests.support.consumers import consumers_file
 
 
 @pytest.fixture(scope="module")
 def engine_settings(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Settings:
-    """The embedded default with the session's tiny model; one home per test module."""
-    return Settings(home=tmp_path_factory.mktemp("home"), model_source=str(tiny_model), batch_size=32)
+    """The embedded default with the session's tiny model and the triage consumer; one home per module."""
+    home = tmp_path_factory.mktemp("home")
+    triage_only = consumers_file(home / "consumers", {"name": "triage", "backlog_threshold": 1})
+    return Settings(home=home, model_source=str(tiny_model), batch_size=32, consumers_file=triage_only)
+
+
+def ledger(settings: Settings) -> ResultsLedger:
+    """The ledger of the settings' one consumer."""
+    return open_ledger(settings, consumer_named(load_consumers(settings), None))
 
 
 def read_events(settings: Settings) -> list[dict]:
-    path = settings.home_abs / "events.jsonl"
+    path = settings.home / "events.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

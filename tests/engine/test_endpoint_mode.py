@@ -6,14 +6,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from icebatch.catalog import open_catalog
-from icebatch.errors import TooManyErrorsError
-from icebatch.ledger import open_ledger
-from icebatch.settings import Settings
+from icebatch.core.catalog import open_catalog
+from icebatch.core.errors import TooManyErrorsError
+from icebatch.core.settings import Settings
 from icebatch_job.job import run_job
 from icebatch_job.runtime import job_environment
 from icebatch_job.tickets import ensure_source_table, generate
 
+from tests.engine.conftest import ledger
 from tests.support.fault_proxy import fault_proxy
 from tests.support.vllm_server import free_port, vllm_openai_server
 
@@ -34,13 +34,13 @@ def _endpoint_settings(base: Settings, url: str, **kw: object) -> Settings:
 
 def test_endpoint_mode_end_to_end_with_usage_tokens(engine_settings: Settings, server: str) -> None:
     s = _endpoint_settings(engine_settings, server, endpoint_concurrency=4)
-    generate(ensure_source_table(open_catalog(s), s.source_table), tickets=40, batches=2, seed=21)
+    generate(ensure_source_table(open_catalog(s), s.catalog.source_table), tickets=40, batches=2, seed=21)
     result = run_job(s, out=lambda _: None)
     assert result.status == "completed" and result.completed is not None
     e = result.completed
     assert e.rows == 40 and e.rows_ok >= 38
     assert e.tokens.input > 40 * 50 and e.tokens.output > 40 * 10  # from the server's `usage`
-    rows = open_ledger(s).results().scan().to_arrow().to_pylist()
+    rows = ledger(s).results().scan().to_arrow().to_pylist()
     assert all(r["model"] == "tiny" and r["num_generated_tokens"] > 0 for r in rows)
 
 
@@ -48,7 +48,7 @@ def test_transient_errors_are_retried_with_backoff(engine_settings: Settings, se
     # given an endpoint that answers 503 to the first two attempts of every request
     with fault_proxy(server, fail_first=2) as (proxy, counts):
         s = _endpoint_settings(engine_settings, proxy, endpoint_max_retries=3)
-        generate(open_catalog(s).load_table(s.source_table), tickets=10, batches=1, seed=22)
+        generate(open_catalog(s).load_table(s.catalog.source_table), tickets=10, batches=1, seed=22)
         result = run_job(s, out=lambda _: None)
     # then every row succeeded on its third attempt
     assert result.status == "completed" and result.completed is not None
@@ -58,9 +58,9 @@ def test_transient_errors_are_retried_with_backoff(engine_settings: Settings, se
 
 def test_an_unreachable_endpoint_fails_the_run_and_keeps_the_range(engine_settings: Settings) -> None:
     s = _endpoint_settings(engine_settings, f"http://127.0.0.1:{free_port()}", endpoint_max_retries=1)
-    generate(open_catalog(s).load_table(s.source_table), tickets=6, batches=1, seed=23)
-    before = open_ledger(s).watermark()
+    generate(open_catalog(s).load_table(s.catalog.source_table), tickets=6, batches=1, seed=23)
+    before = ledger(s).watermark()
     with pytest.raises(TooManyErrorsError, match="gave up after 2 attempts"):
         run_job(s, out=lambda _: None)
-    assert open_ledger(s).watermark() == before
-    assert open_ledger(s).backlog().rows == 6
+    assert ledger(s).watermark() == before
+    assert ledger(s).backlog().rows == 6

@@ -9,22 +9,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from icebatch.catalog import open_catalog
-from icebatch.errors import ModelUnavailableError
-from icebatch.ledger import WATERMARK, open_ledger
-from icebatch.settings import Settings
+from icebatch.core.catalog import open_catalog
+from icebatch.core.errors import ModelUnavailableError
+from icebatch.core.ledger import Key
+from icebatch.core.settings import Settings
+from icebatch.core.task import DEFAULT_TASK, load_task
 from icebatch_job.job import run_job
-from icebatch_job.task import DEFAULT_TASK, load_task
 from icebatch_job.tickets import ensure_source_table, generate
 
-from tests.engine.conftest import read_events
+from tests.engine.conftest import ledger, read_events
 
 pytestmark = [pytest.mark.engine]
 TASK = load_task()
 
 
 def _results(settings: Settings) -> list[dict]:
-    table = open_ledger(settings).results()
+    table = ledger(settings).results()
     assert table is not None
     return table.scan().to_arrow().to_pylist()
 
@@ -32,9 +32,9 @@ def _results(settings: Settings) -> list[dict]:
 def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: Settings) -> None:
     # given 200 generated tickets in 4 snapshots
     s = engine_settings
-    table = ensure_source_table(open_catalog(s), s.source_table)
+    table = ensure_source_table(open_catalog(s), s.catalog.source_table)
     generate(table, tickets=200, batches=4, seed=11)
-    current = open_catalog(s).load_table(s.source_table).metadata.current_snapshot_id
+    current = open_catalog(s).load_table(s.catalog.source_table).metadata.current_snapshot_id
     printed: list[str] = []
 
     # when the job runs
@@ -52,11 +52,12 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: S
         else:
             assert r["error"] and r["raw_output"] is not None
         assert r["num_input_tokens"] > 0 and r["run_id"] == result.plan.run_id
+        assert (r["task"], r["task_version"]) == ("ticket-triage", 1)
     assert sum(r["status"] == "ok" for r in rows) >= 190  # structured output keeps the tiny model's answers valid
     # and the watermark moved in the same commit as the rows, with the totals
-    ledger = open_ledger(s).results()
-    snap = ledger.metadata.current_snapshot()
-    assert snap.summary[WATERMARK] == str(current)
+    results = ledger(s).results()
+    snap = results.metadata.current_snapshot()
+    assert snap.summary[Key.WATERMARK] == str(current)
     assert snap.summary["added-records"] == "200"
     assert int(snap.summary["icebatch.output-tokens"]) == sum(r["num_generated_tokens"] for r in rows)
     # and the completion event carries the same numbers
@@ -71,13 +72,14 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: S
     assert "INCREMENTAL STATE" in report and "BATCH SUMMARY" in report and "TOKENOMICS" in report
 
     # when it runs again with nothing new: "new tickets : 0" and no engine (vllm/ray are not even imported)
-    code = (
-        "import sys; from icebatch.cli import main; rc = main(['job', 'run']); "
+    code = (  # the RayJob's entrypoint, python -m icebatch_job run
+        "import sys; from icebatch_job.cli import main; rc = main(['run']); "
         "assert 'vllm' not in sys.modules and 'ray' not in sys.modules, 'engine started'; sys.exit(rc)"
     )
     env = {
         "ICEBATCH_HOME": str(s.home),
-        "ICEBATCH_MODEL_SOURCE": str(s.model_source),
+        "ICEBATCH_MODEL_SOURCE": str(s.engine.model_source),
+        "ICEBATCH_CONSUMERS_FILE": str(s.launch.consumers_file),
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": os.environ["PYTHONPATH"],
     }
@@ -89,15 +91,15 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: S
 def test_unparseable_answers_are_kept_with_status_and_raw_text(engine_settings: Settings, tmp_path: Path) -> None:
     # given new tickets and a task whose max_tokens cuts every answer short
     s = engine_settings
-    generate(open_catalog(s).load_table(s.source_table), tickets=30, batches=1, seed=12)
+    generate(open_catalog(s).load_table(s.catalog.source_table), tickets=30, batches=1, seed=12)
     spec = json.loads(DEFAULT_TASK.read_text())
     spec["sampling"]["max_tokens"] = 8
-    task_file = tmp_path / "short.json"
-    task_file.write_text(json.dumps(spec))
-    before = open_ledger(s).watermark().source_snapshot_id
+    (tmp_path / "short.json").write_text(json.dumps(spec))
+    (tmp_path / "consumers.yaml").write_text("consumers: [{name: triage, task: short.json}]")
+    before = ledger(s).watermark().source_snapshot_id
 
     # when the job runs
-    result = run_job(s.with_overrides(task_file=task_file), out=lambda _: None)
+    result = run_job(s.with_overrides(consumers_file=tmp_path / "consumers.yaml"), out=lambda _: None)
 
     # then the 30 rows are there, each invalid_output with the model's raw text and the reason
     assert result.status == "completed" and result.completed is not None
@@ -110,17 +112,17 @@ def test_unparseable_answers_are_kept_with_status_and_raw_text(engine_settings: 
         assert r["num_generated_tokens"] == 8
     assert result.completed.rows_error == 30 and result.completed.rows_by_status == {"invalid_output": 30}
     # and the watermark still advanced: the rows are accounted for, visibly
-    assert open_ledger(s).watermark().source_snapshot_id != before
+    assert ledger(s).watermark().source_snapshot_id != before
 
 
 def test_a_missing_model_fails_fast_with_a_failed_event(engine_settings: Settings, tmp_path: Path) -> None:
     s = engine_settings.with_overrides(model_source=str(tmp_path / "no-such-model"))
-    generate(open_catalog(s).load_table(s.source_table), tickets=5, batches=1, seed=13)
-    before = open_ledger(s).watermark()
+    generate(open_catalog(s).load_table(s.catalog.source_table), tickets=5, batches=1, seed=13)
+    before = ledger(s).watermark()
     with pytest.raises(ModelUnavailableError, match="ICEBATCH_MODEL_SOURCE"):
         run_job(s, out=lambda _: None)
     failed = [e for e in read_events(s) if e["detail-type"] == "Batch Job Failed"]
     assert failed[-1]["detail"]["error_type"] == "ModelUnavailableError"
     assert failed[-1]["detail"]["stage"] == "start" and failed[-1]["detail"]["retryable"] is False
-    assert open_ledger(s).watermark() == before  # nothing committed; the range stays pending
-    assert open_ledger(s).plan() is not None
+    assert ledger(s).watermark() == before  # nothing committed; the range stays pending
+    assert ledger(s).plan() is not None

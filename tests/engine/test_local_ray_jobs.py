@@ -7,24 +7,22 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from icebatch.backends.local import LocalBackend
-from icebatch.catalog import open_catalog
-from icebatch.handlers import use_settings
-from icebatch.invoke import invoke
-from icebatch.ledger import open_ledger
-from icebatch.settings import Settings
+from icebatch.core.catalog import open_catalog
+from icebatch.core.settings import Settings
+from icebatch.tools.invoke import invoke
+from icebatch.tools.local_backend import LocalBackend
 from icebatch_job.runtime import ray_temp_dir
 from icebatch_job.tickets import ensure_source_table, generate
+
+from tests.engine.conftest import ledger
 
 pytestmark = [pytest.mark.engine]
 
 
 @pytest.fixture
 def ray_jobs_settings(engine_settings: Settings) -> Iterator[Settings]:
-    s = engine_settings.with_overrides(local_mode="ray-jobs", backlog_threshold=1)
-    use_settings(s)
+    s = engine_settings.with_overrides(local_mode="ray-jobs")
     yield s
-    use_settings(None)
     stop_head(s)
 
 
@@ -36,7 +34,7 @@ def stop_head(s: Settings) -> None:
     """
     import psutil
 
-    markers = (ray_temp_dir(s), str(s.home_abs / "ray"))
+    markers = (ray_temp_dir(s), str(s.home / "ray"))
     roots = [
         p for p in psutil.process_iter(["cmdline"]) if any(m in " ".join(p.info["cmdline"] or []) for m in markers)
     ]
@@ -56,21 +54,21 @@ def stop_head(s: Settings) -> None:
 
 def test_ray_jobs_mode_starts_a_head_and_runs_the_job(ray_jobs_settings: Settings) -> None:
     s = ray_jobs_settings
-    generate(ensure_source_table(open_catalog(s), s.source_table), tickets=24, batches=2, seed=31)
-    decision = invoke("launcher", {"trigger": "schedule"})["decision"]
+    generate(ensure_source_table(open_catalog(s), s.catalog.source_table), tickets=24, batches=2, seed=31)
+    [decision] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
     assert decision["decision"] == "launch", decision["reason"]
     assert decision["submission"].startswith("submitted to Ray at http://127.0.0.1:8265")
     # a duplicate launch while it runs is told so
-    again = invoke("launcher", {"trigger": "schedule"})["decision"]
+    [again] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
     assert again["decision"] in {"already_launched", "skip"}
     backend = LocalBackend(s)
     deadline = time.monotonic() + 600
     while True:
-        [job] = [j for j in backend.list_jobs(s.consumer) if j.name == decision["job_name"]]
+        [job] = [j for j in backend.list_jobs(s.top.deployment) if j.name == decision["job_name"]]
         if job.terminal or time.monotonic() > deadline:
             break
         time.sleep(3)
     assert job.succeeded, job.failure_reason
-    assert open_ledger(s).backlog().rows == 0
-    rows = open_ledger(s).results().scan().to_arrow()
+    assert ledger(s).backlog().rows == 0
+    rows = ledger(s).results().scan().to_arrow()
     assert rows.num_rows == 24 and set(rows["run_id"].to_pylist()) == {decision["run_id"]}

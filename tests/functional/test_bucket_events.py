@@ -14,9 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from icebatch.handlers import use_settings
-from icebatch.invoke import LocalContext
-from icebatch.settings import Settings
+from icebatch.core.settings import Settings
+from icebatch.tools.invoke import LocalContext
 
 from tests.support.aws import REGION, client
 
@@ -44,10 +43,14 @@ def cloudformation() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 
 
 @pytest.fixture
-def s3(aws_endpoint: str, tmp_path: Any) -> Iterator[Any]:
-    use_settings(Settings(home=tmp_path, aws_endpoint_url=aws_endpoint, aws_region=REGION))
-    yield client("s3", aws_endpoint)
-    use_settings(None)
+def s3(aws_endpoint: str, aws_settings: Settings) -> Any:
+    CALL_SETTINGS.append(aws_settings)
+    return client("s3", aws_endpoint)
+
+
+@pytest.fixture
+def aws_settings(aws_endpoint: str, tmp_path: Any) -> Settings:
+    return Settings(home=tmp_path, aws_endpoint_url=aws_endpoint, aws_region=REGION)
 
 
 def request(kind: str, url: str, bucket: str | None, physical_id: str | None = None) -> dict[str, Any]:
@@ -66,10 +69,13 @@ def request(kind: str, url: str, bucket: str | None, physical_id: str | None = N
     return event
 
 
-def call(event: dict[str, Any]) -> dict[str, Any]:
-    from icebatch.handlers.bucket_events import lambda_handler
+CALL_SETTINGS: list[Settings] = []
 
-    return lambda_handler(event, LocalContext("warehouse-events"))  # type: ignore[arg-type]
+
+def call(event: dict[str, Any]) -> dict[str, Any]:
+    from icebatch.control.handlers.bucket_events import lambda_handler
+
+    return lambda_handler(event, LocalContext("warehouse-events"), settings=CALL_SETTINGS[-1])  # type: ignore[arg-type]
 
 
 def test_create_turns_eventbridge_on_keeps_other_notifications_and_delete_undoes_it(
@@ -128,7 +134,7 @@ def test_failures_are_answered_so_the_stack_does_not_hang(
 def test_once_on_a_commits_metadata_file_reaches_the_launcher_rule_and_its_manifests_do_not(
     s3: Any, aws_endpoint: str, cloudformation: tuple[str, list[dict[str, Any]]]
 ) -> None:
-    from icebatch.rules import PATTERNS, fill
+    from icebatch.core.rules import PATTERNS, fill
 
     # given the bucket with EventBridge turned on by the custom resource, and the launcher's S3 rule
     url, _ = cloudformation

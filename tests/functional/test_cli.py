@@ -17,7 +17,7 @@ EVENTS = Path(__file__).resolve().parents[2] / "sam" / "events"
 def icebatch(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
     return subprocess.run(
-        [sys.executable, "-m", "icebatch.cli", *args],
+        [sys.executable, "-m", "icebatch.tools.cli", *args],
         capture_output=True,
         text=True,
         env={**base, "ICEBATCH_HOME": str(home), **env},
@@ -36,10 +36,14 @@ def test_generate_then_backlog_json(tmp_path: Path) -> None:
     gen = icebatch(tmp_path, "generate", "--tickets", "25", "--batches", "3", "--seed", "5")
     assert gen.returncode == 0, gen.stderr
     assert gen.stdout.count("-> snapshot ") == 3
-    backlog = json.loads(icebatch(tmp_path, "backlog", "--json").stdout)
-    assert {"consumer", "watermark_snapshot_id", "current_snapshot_id", "backlog_rows",
-            "oldest_unprocessed_age_seconds"} <= set(backlog)  # fmt: skip
-    assert backlog["backlog_rows"] == 25 and backlog["watermark_snapshot_id"] is None
+    backlogs = json.loads(icebatch(tmp_path, "backlog", "--json").stdout)  # a consumer each
+    assert [b["consumer"] for b in backlogs] == ["triage", "privacy"]
+    for backlog in backlogs:
+        assert {"consumer", "task_version", "watermark_snapshot_id", "current_snapshot_id", "backlog_rows",
+                "oldest_unprocessed_age_seconds"} <= set(backlog)  # fmt: skip
+        assert backlog["backlog_rows"] == 25 and backlog["watermark_snapshot_id"] is None
+    [one] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "privacy", "--json").stdout)
+    assert one["consumer"] == "privacy"
 
 
 def test_launch_dry_run_json_holds_decision_and_manifest(tmp_path: Path) -> None:
@@ -47,8 +51,9 @@ def test_launch_dry_run_json_holds_decision_and_manifest(tmp_path: Path) -> None
     done = icebatch(tmp_path, "launch", "--trigger", "schedule", "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)  # stdout is exactly one JSON object: logs went to stderr
-    assert data["decision"]["decision"] == "dry_run"
-    assert data["manifest"]["kind"] == "RayJob" and data["manifest"]["metadata"]["name"] == data["decision"]["job_name"]
+    assert [d["decision"] for d in data["decisions"]] == ["dry_run", "dry_run"]
+    for decision, manifest in zip(data["decisions"], data["manifests"], strict=True):
+        assert manifest["kind"] == "RayJob" and manifest["metadata"]["name"] == decision["job_name"]
 
 
 def test_launch_dry_run_prints_the_manifest_for_review(tmp_path: Path) -> None:
@@ -81,13 +86,15 @@ def test_invoke_an_event_for_another_table_is_ignored_exit_zero(tmp_path: Path) 
 
 
 def test_bad_configuration_is_one_line(tmp_path: Path) -> None:
-    done = icebatch(tmp_path, "backlog", ICEBATCH_BACKLOG_THRESHOLD="many")
-    assert done.returncode == 2 and "ICEBATCH_BACKLOG_THRESHOLD" in done.stderr and "Traceback" not in done.stderr
+    done = icebatch(tmp_path, "backlog", ICEBATCH_MAX_ATTEMPTS="many")
+    assert done.returncode == 2 and "ICEBATCH_MAX_ATTEMPTS" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_config_lists_every_variable(tmp_path: Path) -> None:
     data = json.loads(icebatch(tmp_path, "config", "--json").stdout)
-    assert data["ICEBATCH_HOME"] == str(tmp_path) and "ICEBATCH_BACKLOG_THRESHOLD" in data
+    assert data["ICEBATCH_HOME"] == str(tmp_path) and "ICEBATCH_MAX_ATTEMPTS" in data and "ICEBATCH_BATCH_SIZE" in data
+    text = icebatch(tmp_path, "config").stdout
+    assert "[launch]" in text and "[engine]" in text  # by concern
 
 
 def test_invoke_reporter_with_the_sam_event_is_idempotent(tmp_path: Path) -> None:
@@ -106,16 +113,17 @@ def test_invoke_reporter_with_the_sam_event_is_idempotent(tmp_path: Path) -> Non
 
 
 def test_report_rebuilds_a_run_from_the_ledger(tmp_path: Path) -> None:
-    from icebatch.catalog import open_catalog
-    from icebatch.ledger import open_ledger
-    from icebatch.settings import Settings
+    from icebatch.core.catalog import open_catalog
+    from icebatch.core.ledger import open_ledger
+    from icebatch.core.settings import Settings
     from icebatch_job.tickets import ensure_source_table, generate
 
+    from tests.support.consumers import triage
     from tests.support.runs import run_once
 
     settings = Settings(home=tmp_path)
-    generate(ensure_source_table(open_catalog(settings), settings.source_table), tickets=30, batches=2, seed=4)
-    run = run_once(open_ledger(settings))
+    generate(ensure_source_table(open_catalog(settings), settings.catalog.source_table), tickets=30, batches=2, seed=4)
+    run = run_once(open_ledger(settings, triage(settings)))
     assert run is not None
     data = json.loads(icebatch(tmp_path, "report", "--json").stdout)
     assert (data["run_id"], data["rows"], data["rows_ok"]) == (run.plan.run_id, 30, 30)
@@ -127,23 +135,29 @@ def test_report_rebuilds_a_run_from_the_ledger(tmp_path: Path) -> None:
 
 
 def test_ledger_runs_and_reset(tmp_path: Path) -> None:
-    from icebatch.ledger import open_ledger
-    from icebatch.settings import Settings
+    from icebatch.core.ledger import open_ledger
+    from icebatch.core.settings import Settings
 
+    from tests.support.consumers import triage
     from tests.support.runs import run_once
 
     icebatch(tmp_path, "generate", "--tickets", "10")
-    run = run_once(open_ledger(Settings(home=tmp_path)))
+    settings = Settings(home=tmp_path)
+    run = run_once(open_ledger(settings, triage(settings)))
     assert run is not None
     runs = json.loads(icebatch(tmp_path, "ledger", "runs", "--json").stdout)
-    assert [r["run_id"] for r in runs] == [run.plan.run_id] and runs[0]["rows"] == 10
+    assert [(r["consumer"], r["run_id"]) for r in runs] == [("triage", run.plan.run_id)] and runs[0]["rows"] == 10
     icebatch(tmp_path, "generate", "--tickets", "5")
-    current = json.loads(icebatch(tmp_path, "backlog", "--json").stdout)["current_snapshot_id"]
-    reset = icebatch(tmp_path, "ledger", "reset", "--to-snapshot", str(current), "--reason", "skip a bad batch")
+    [backlog] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "triage", "--json").stdout)
+    reset = icebatch(tmp_path, "ledger", "reset", "--consumer", "triage", "--to-snapshot",
+                     str(backlog["current_snapshot_id"]), "--reason", "skip a bad batch")  # fmt: skip
     assert reset.returncode == 0, reset.stderr
-    assert json.loads(icebatch(tmp_path, "backlog", "--json").stdout)["backlog_rows"] == 0
-    unknown = icebatch(tmp_path, "ledger", "reset", "--to-snapshot", "12345", "--reason", "x")
+    [after] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "triage", "--json").stdout)
+    assert after["backlog_rows"] == 0
+    unknown = icebatch(tmp_path, "ledger", "reset", "--consumer", "triage", "--to-snapshot", "12345", "--reason", "x")
     assert unknown.returncode == 2 and "not in support.tickets" in unknown.stderr
+    several = icebatch(tmp_path, "ledger", "reset", "--to-snapshot", "12345", "--reason", "x")
+    assert several.returncode == 2 and "name one with --consumer" in several.stderr
 
 
 def test_model_tiny_reuses_the_built_model(tmp_path: Path, tiny_model: Path) -> None:

@@ -14,24 +14,25 @@ import random
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from icebatch.backends.eks_auth import _CLUSTERS, cluster_info
-from icebatch.backends.kuberay import KubeRayBackend
-from icebatch.catalog import open_catalog
-from icebatch.handlers import use_settings
-from icebatch.invoke import invoke
-from icebatch.launcher import launch
-from icebatch.ledger import ResultsLedger, open_ledger
-from icebatch.settings import Settings
-from icebatch.triggers import parse_trigger
+from icebatch.control.backends.eks_auth import _CLUSTERS, cluster_info
+from icebatch.control.backends.kuberay import KubeRayBackend
+from icebatch.control.launcher import launch
+from icebatch.control.triggers import parse_trigger
+from icebatch.core.catalog import open_catalog
+from icebatch.core.consumers import load_consumers
+from icebatch.core.ledger import ResultsLedger
+from icebatch.core.settings import Settings
+from icebatch.tools.invoke import invoke
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.aws import REGION, client
+from tests.support.consumers import consumers_file
 from tests.support.k8s_api import RayJobApi, sts_token_verifier
 
 pytestmark = pytest.mark.functional
@@ -53,46 +54,42 @@ def k8s(aws_endpoint: str) -> Iterator[RayJobApi]:
     api.stop()
 
 
-def kube(base: Settings, k8s: RayJobApi, aws_endpoint: str, **kw: Any) -> Settings:
+def kube(base: Settings, k8s: RayJobApi, aws_endpoint: str, *consumers: dict[str, Any], **kw: Any) -> Settings:
+    """The kuberay backend against the tests' API server, with these consumers (default: triage, threshold 50)."""
+    entries = consumers or ({"name": "triage", "backlog_threshold": 50},)
     values: dict[str, Any] = {
         "backend": "kuberay",
         "eks_cluster": CLUSTER,
         "k8s_api_server": k8s.url,  # type: ignore[attr-defined]
         "aws_endpoint_url": aws_endpoint,
         "aws_region": REGION,
-        "backlog_threshold": 50,
+        "consumers_file": consumers_file(base.home / "consumers", *entries),
     }
     return base.with_overrides(**{**values, **kw})
 
 
-@pytest.fixture
-def use() -> Iterator[Callable[[Settings], Settings]]:
-    """Point the launcher handler at these settings (it reads the environment once per container)."""
-
-    def apply(s: Settings) -> Settings:
-        use_settings(s)
-        return s
-
-    yield apply
-    use_settings(None)
-
-
 def tickets(s: Settings, n: int, seed: int = 0) -> int:
-    table = ensure_source_table(open_catalog(s), s.source_table)
+    table = ensure_source_table(open_catalog(s), s.catalog.source_table)
     return append_tickets(table, generate_tickets(n, random.Random(seed)))
 
 
-def decide(ev: dict[str, Any]) -> dict[str, Any]:
-    return invoke("launcher", ev)
+def decide(s: Settings, ev: dict[str, Any]) -> dict[str, Any]:
+    """The one consumer's decision (the response holds one per consumer)."""
+    response = invoke("launcher", ev, s)
+    if response["status"] != "ok":
+        return {"decision": response["status"], **response}
+    [decision] = response["decisions"]
+    decision["manifest"] = response["manifests"][0]
+    return dict(decision)
 
 
 # --------------------------------------------------------------------------------------------------
 def test_schedule_creates_one_rayjob_and_a_repeat_is_already_launched(
-    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> None:
-    s = use(kube(settings, k8s, aws_endpoint))
+    s = kube(settings, k8s, aws_endpoint)
     current = tickets(s, 120)
-    first = decide(event("schedule.json"))["decision"]
+    first = decide(s, event("schedule.json"))
     assert first["decision"] == "launch", first["reason"]
     assert (first["backlog_rows"], first["current_snapshot_id"], first["gpus"]) == (120, current, 1)
     assert k8s.names() == [first["job_name"]]
@@ -100,43 +97,84 @@ def test_schedule_creates_one_rayjob_and_a_repeat_is_already_launched(
     assert created["metadata"]["annotations"]["icebatch.io/to-snapshot"] == str(current)
     assert k8s.identities and k8s.identities[0].startswith("arn:aws:sts::")  # token verified against STS
 
-    again = decide(event("schedule.json"))["decision"]
+    again = decide(s, event("schedule.json"))
     assert again["decision"] == "already_launched" and first["job_name"] in again["reason"]
     assert k8s.created() == 1
 
 
-def test_a_second_consumer_gets_its_own_job(
-    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+def test_one_event_evaluates_every_consumer_and_each_gets_its_own_job(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> None:
-    s = use(kube(settings, k8s, aws_endpoint))
+    # given two consumers of the table, with different thresholds
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 50},
+             {"name": "privacy", "task": "privacy", "backlog_threshold": 100})  # fmt: skip
     tickets(s, 60)
-    assert decide(event("schedule.json"))["decision"]["decision"] == "launch"
-    use(s.with_overrides(consumer="escalation"))
-    other = decide(event("schedule.json"))["decision"]
-    assert other["decision"] == "launch" and other["job_name"].startswith("ib-escalation-")
+    # when one table change arrives
+    response = invoke("launcher", event("glue-table-change.json"), s)
+    # then each consumer got its own decision: one launched, the other is below its threshold
+    by_consumer = {d["consumer"]: d for d in response["decisions"]}
+    assert by_consumer["triage"]["decision"] == "launch" and by_consumer["privacy"]["decision"] == "skip"
+    assert by_consumer["privacy"]["reason"].startswith("backlog 60 < threshold 100")
+    assert k8s.names() == [by_consumer["triage"]["job_name"]]
+    # and the nightly drain launches the second consumer's job beside the first
+    drained = {d["consumer"]: d for d in invoke("launcher", event("schedule.json"), s)["decisions"]}
+    assert drained["privacy"]["decision"] == "launch" and drained["privacy"]["job_name"].startswith("ib-privacy-")
+    assert drained["triage"]["decision"] == "already_launched"
+    job = k8s.objects[("icebatch", drained["privacy"]["job_name"])]
+    assert job["metadata"]["labels"]["icebatch.io/consumer"] == "privacy"
+    assert job["metadata"]["annotations"]["icebatch.io/task"] == "ticket-privacy@v1"
     assert len(k8s.names()) == 2
 
 
-def test_forbidden_is_a_clear_message_naming_the_fix(
-    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+def test_two_deployments_in_one_namespace_do_not_see_each_others_jobs(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> None:
-    s = use(kube(settings, k8s, aws_endpoint, k8s_namespace="locked"))
+    # given the same consumer deployed twice (dev and prod stacks) against one cluster namespace
+    dev = kube(settings, k8s, aws_endpoint, deployment="icebatch-dev")
+    prod = kube(settings, k8s, aws_endpoint, deployment="icebatch-prod")
+    tickets(dev, 60)
+    # when both launch, then each has its own job, named apart
+    first, second = decide(dev, event("schedule.json")), decide(prod, event("schedule.json"))
+    assert (first["decision"], second["decision"]) == ("launch", "launch") and first["job_name"] != second["job_name"]
+    # and one deployment's active job does not block the other's next range
+    k8s.set_status(first["job_name"], jobDeploymentStatus="Running", jobStatus="RUNNING")
+    assert decide(prod, event("schedule.json"))["decision"] == "already_launched"  # its own job, not dev's
+
+
+def test_a_run_over_the_consumers_budget_is_refused_and_counted(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    # given a consumer whose budget per run is smaller than the estimate of its backlog
+    s = kube(
+        settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 1, "budget": {"max_usd_per_run": 0.01}}
+    )
+    tickets(s, 40)
+    # when the schedule fires, then nothing is launched, and the record says why and how much
+    d = decide(s, event("schedule.json"))
+    assert (d["decision"], d["over_budget"]) == ("skip", True) and d["reason"].startswith("over budget")
+    assert d["estimate_usd"] > 0.01 and k8s.names() == []
+
+
+def test_forbidden_is_a_clear_message_naming_the_fix(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+    s = kube(settings, k8s, aws_endpoint, k8s_namespace="locked")
     tickets(s, 60)
-    d = decide(event("schedule.json"))["decision"]
+    d = decide(s, event("schedule.json"))
     assert d["decision"] == "error" and d["error_type"] == "ClusterPermissionError"
     assert "403" in d["reason"] and "access entry" in d["reason"] and "rbac.yaml" in d["reason"]
 
 
 def test_an_unknown_namespace_or_missing_crd_says_what_to_install(
-    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> None:
-    s = use(kube(settings, k8s, aws_endpoint, k8s_namespace="nowhere"))
+    s = kube(settings, k8s, aws_endpoint, k8s_namespace="nowhere")
     tickets(s, 60)
-    d = decide(event("schedule.json"))["decision"]
+    d = decide(s, event("schedule.json"))
     assert d["decision"] == "error" and "KubeRay operator" in d["reason"]
 
 
-def test_fifty_concurrent_launches_make_exactly_one_job(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+def test_fifty_concurrent_launches_make_exactly_one_job(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # given a backlog, and 50 launchers of which half see one more snapshot than the others
     s = kube(settings, k8s, aws_endpoint)
     tickets(s, 80)
@@ -146,34 +184,33 @@ def test_fifty_concurrent_launches_make_exactly_one_job(settings: Settings, k8s:
     appended = threading.Event()
 
     class Racing(ResultsLedger):
-        def __init__(self, early: bool) -> None:
-            base = open_ledger(s, control_plane=True)
-            super().__init__(base.catalog, base.source_table, base.results_table, base.consumer)
-            self.early = early
-
         def backlog(self, **kw: Any) -> Any:
-            if not self.early:
+            early = threading.current_thread().name.startswith("early")
+            if not early:
                 appended.wait(30)
             result = super().backlog(**kw)
-            if self.early:
+            if early:
                 before.wait(60)
             after.wait(60)  # everyone has computed a backlog: now all submit at once
             return result
 
+    monkeypatch.setattr("icebatch.control.launcher.ResultsLedger", Racing)
     decisions: list[dict[str, Any]] = []
     lock = threading.Lock()
+    consumers = load_consumers(s)
 
-    def one(early: bool) -> None:
-        outcome = launch(
+    def one() -> None:
+        [outcome] = launch(
             parse_trigger(event("schedule.json")),
             s,
-            ledger=Racing(early),
+            consumers,
+            catalog=open_catalog(s, control_plane=True),
             backend=KubeRayBackend.from_settings(s),
-        )  # its own client, like its own container
+        )  # its own catalog and client, like its own container
         with lock:
             decisions.append(outcome.decision.model_dump(mode="json"))
 
-    threads = [threading.Thread(target=one, args=(i < 25,)) for i in range(50)]
+    threads = [threading.Thread(target=one, name=f"{'early' if i < 25 else 'late'}-{i}") for i in range(50)]
     for t in threads[:25]:
         t.start()
     before.wait(60)
@@ -193,17 +230,17 @@ def test_fifty_concurrent_launches_make_exactly_one_job(settings: Settings, k8s:
 
 
 def test_after_a_failed_job_the_next_trigger_launches_again_until_max_attempts(
-    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Callable[[Settings], Settings]
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> None:
-    s = use(kube(settings, k8s, aws_endpoint, max_attempts=2))
+    s = kube(settings, k8s, aws_endpoint, max_attempts=2)
     tickets(s, 60)
-    first = decide(event("schedule.json"))["decision"]
+    first = decide(s, event("schedule.json"))
     k8s.set_status(first["job_name"], jobDeploymentStatus="Failed", jobStatus="FAILED", reason="AppFailed")
-    second = decide(event("schedule.json"))["decision"]
+    second = decide(s, event("schedule.json"))
     assert second["decision"] == "launch" and second["attempt"] == 2 and second["job_name"].endswith("-a2")
     # a job that was stopped shows jobDeploymentStatus Complete: it still counts as failed
     k8s.set_status(second["job_name"], jobDeploymentStatus="Complete", jobStatus="STOPPED")
-    third = decide(event("schedule.json"))["decision"]
+    third = decide(s, event("schedule.json"))
     assert third["decision"] == "skip" and "2 attempts from this watermark failed" in third["reason"]
     assert len(k8s.names()) == 2
 
@@ -211,10 +248,10 @@ def test_after_a_failed_job_the_next_trigger_launches_again_until_max_attempts(
 # --------------------------------------------------------------------------------------------------
 # decision records
 # --------------------------------------------------------------------------------------------------
-def test_decision_record_empty_table(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
-    s = use(kube(settings, k8s, aws_endpoint))
-    ensure_source_table(open_catalog(s), s.source_table)
-    d = decide(event("schedule.json"))["decision"]
+def test_decision_record_empty_table(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+    s = kube(settings, k8s, aws_endpoint)
+    ensure_source_table(open_catalog(s), s.catalog.source_table)
+    d = decide(s, event("schedule.json"))
     assert (d["decision"], d["backlog_rows"], d["current_snapshot_id"]) == ("skip", 0, None)
     assert d["reason"] == "nothing new since the watermark"
     assert set(d) >= {
@@ -228,55 +265,52 @@ def test_decision_record_empty_table(settings: Settings, k8s: RayJobApi, aws_end
     }
 
 
-def test_decision_record_below_threshold(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
-    s = use(kube(settings, k8s, aws_endpoint))
+def test_decision_record_below_threshold(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+    s = kube(settings, k8s, aws_endpoint)
     tickets(s, 30)
-    d = decide(event("glue-table-change.json"))["decision"]
+    d = decide(s, event("glue-table-change.json"))
     assert (d["decision"], d["trigger"], d["origin"]) == ("skip", "append", "glue")
     assert d["reason"].startswith("backlog 30 < threshold 50") and k8s.names() == []
 
 
-def test_decision_record_stale_backlog_below_threshold(
-    settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any
-) -> None:
+def test_decision_record_stale_backlog_below_threshold(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
     import time
 
-    s = use(kube(settings, k8s, aws_endpoint, max_staleness_seconds=1))
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 50, "max_staleness_seconds": 1})
     tickets(s, 30)
     time.sleep(1.2)
-    d = decide(event("glue-table-change.json"))["decision"]
+    d = decide(s, event("glue-table-change.json"))
     assert d["decision"] == "launch" and "max staleness 1 s" in d["reason"]
 
 
-def test_decision_record_active_job(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
-    s = use(kube(settings, k8s, aws_endpoint))
+def test_decision_record_active_job(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+    s = kube(settings, k8s, aws_endpoint)
     tickets(s, 60)
-    job = decide(event("schedule.json"))["decision"]["job_name"]
+    job = decide(s, event("schedule.json"))["job_name"]
     k8s.set_status(job, jobDeploymentStatus="Running", jobStatus="RUNNING")
     tickets(s, 60, seed=2)
-    d = decide(event("glue-table-change.json"))["decision"]
+    d = decide(s, event("glue-table-change.json"))
     assert (d["decision"], d["active_job"]) == ("already_launched", job)
     # an active job from another range blocks too
     k8s.objects[("icebatch", job)]["metadata"]["labels"]["icebatch.io/from"] = "older"
-    d = decide(event("glue-table-change.json"))["decision"]
+    d = decide(s, event("glue-table-change.json"))
     assert d["decision"] == "skip" and f"job {job} is still active" in d["reason"]
 
 
-def test_decision_record_forced_manual_launch(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
-    s = use(kube(settings, k8s, aws_endpoint))
+def test_decision_record_forced_manual_launch(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+    s = kube(settings, k8s, aws_endpoint)
     tickets(s, 5)
-    assert decide(event("manual.json"))["decision"]["decision"] == "skip"
-    d = decide(event("manual-force.json"))["decision"]
+    assert decide(s, event("manual.json"))["decision"] == "skip"
+    d = decide(s, event("manual-force.json"))
     assert d["decision"] == "launch" and d["reason"] == "forced manual launch (5 rows)"
 
 
-def test_decision_record_dry_run(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
-    s = use(kube(settings, k8s, aws_endpoint, backlog_threshold=1))
+def test_decision_record_dry_run(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 1})
     tickets(s, 5)
-    response = decide(event("manual-dry-run.json"))
-    d = response["decision"]
+    d = decide(s, event("manual-dry-run.json"))
     assert d["decision"] == "dry_run" and d["reason"].startswith("would launch")
-    assert response["manifest"]["metadata"]["name"] == d["job_name"]
+    assert d["manifest"]["metadata"]["name"] == d["job_name"]
     assert k8s.names() == [] and k8s.created() == 0
 
 
@@ -285,28 +319,26 @@ def test_decision_record_dry_run(settings: Settings, k8s: RayJobApi, aws_endpoin
 # --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(p.name for p in (EVENTS / "malformed").glob("*.json")))
 def test_malformed_events_are_rejected_without_raising(
-    name: str, settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any
+    name: str, settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> None:
-    use(kube(settings, k8s, aws_endpoint))
-    response = invoke("launcher", json.loads((EVENTS / "malformed" / name).read_text()))
-    assert response["decision"]["decision"] == "rejected" and response["decision"]["reason"]
+    s = kube(settings, k8s, aws_endpoint)
+    response = invoke("launcher", json.loads((EVENTS / "malformed" / name).read_text()), s)
+    assert response["status"] == "rejected" and response["reason"] and response["decisions"] == []
     assert k8s.requests == []  # nothing was asked of the cluster
 
 
-def test_events_for_other_tables_are_ignored(settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any) -> None:
-    s = use(kube(settings, k8s, aws_endpoint))
+def test_events_for_other_tables_are_ignored(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+    s = kube(settings, k8s, aws_endpoint)
     tickets(s, 100)
-    d = decide(event("glue-other-table.json"))["decision"]
+    d = decide(s, event("glue-other-table.json"))
     assert d["decision"] == "ignored" and "support.invoices" in d["reason"]
 
 
-def test_s3_metadata_events_on_glue_through_moto(
-    glue_settings: Settings, k8s: RayJobApi, aws_endpoint: str, use: Any
-) -> None:
+def test_s3_metadata_events_on_glue_through_moto(glue_settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
     # given the source table in Glue with its metadata in S3 (moto), and 60 rows waiting
-    s = use(kube(glue_settings, k8s, aws_endpoint))
+    s = kube(glue_settings, k8s, aws_endpoint)
     tickets(s, 60)
-    location = open_catalog(s).load_table(s.source_table).metadata.location  # s3://bucket/warehouse/...
+    location = open_catalog(s).load_table(s.catalog.source_table).metadata.location  # s3://bucket/warehouse/...
     bucket, prefix = location.removeprefix("s3://").split("/", 1)
     metadata_key = next(
         o["Key"] for o in client("s3", aws_endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]
@@ -316,11 +348,11 @@ def test_s3_metadata_events_on_glue_through_moto(
     ev["detail"]["bucket"]["name"] = bucket
     ev["detail"]["object"]["key"] = metadata_key
     # when the table's metadata object event arrives, then the backlog is read from Glue + S3 and a job launches
-    d = decide(ev)["decision"]
+    d = decide(s, ev)
     assert (d["decision"], d["origin"], d["backlog_rows"]) == ("launch", "s3", 60)
     # and data files or other prefixes are ignored
     ev["detail"]["object"]["key"] = prefix + "/data/00000-0-x.parquet"
-    assert decide(ev)["decision"]["decision"] == "ignored"
+    assert decide(s, ev)["decision"] == "ignored"
 
 
 def test_eks_describe_cluster_over_moto_is_cached(aws_endpoint: str) -> None:
@@ -340,15 +372,17 @@ def test_eks_describe_cluster_over_moto_is_cached(aws_endpoint: str) -> None:
 def test_the_launcher_path_imports_no_pyarrow_ray_or_vllm(settings: Settings) -> None:
     tickets(settings, 10)
     code = (
-        "import sys, json; from icebatch.invoke import invoke; "
-        "r = invoke('launcher', json.load(open(sys.argv[1]))); "
+        "import sys, json; from icebatch.control.handlers.launcher import lambda_handler; "
+        "from icebatch.tools.invoke import LocalContext; "
+        "r = lambda_handler(json.load(open(sys.argv[1])), LocalContext('launcher')); "
         "bad = [m for m in ('pyarrow', 'ray', 'vllm', 'torch') if m in sys.modules]; "
-        "assert not bad, bad; print(r['decision']['decision'])"
+        "assert not bad, bad; print(' '.join(d['decision'] for d in r['decisions']))"
     )
     # the whole decision (catalog, ledger, gate, manifest), short of running a local job in-process
     env = {
         "ICEBATCH_HOME": str(settings.home),
         "ICEBATCH_DRY_RUN": "true",
+        "POWERTOOLS_METRICS_NAMESPACE": "icebatch",
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": os.environ["PYTHONPATH"],
     }
@@ -360,7 +394,7 @@ def test_the_launcher_path_imports_no_pyarrow_ray_or_vllm(settings: Settings) ->
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "dry_run"
+    assert done.stdout.strip().splitlines()[-1] == "dry_run dry_run"  # both consumers of the default file
 
 
 @pytest.mark.parametrize(
@@ -374,7 +408,9 @@ def test_the_launcher_path_imports_no_pyarrow_ray_or_vllm(settings: Settings) ->
 def test_tokens_carry_the_partitions_real_sts_endpoint_whatever_the_override(
     region: str, host: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from icebatch.backends.eks_auth import decode_token, mint_token
+    from icebatch.control.backends.eks_auth import mint_token
+
+    from tests.support.k8s_api import decode_token
 
     # given an endpoint override for every AWS client (as in these tests, or LocalStack)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")

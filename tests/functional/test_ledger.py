@@ -9,20 +9,27 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from icebatch.catalog import open_catalog
-from icebatch.errors import (
+from icebatch.core.catalog import open_catalog
+from icebatch.core.errors import (
     ConfigError,
     TableNotFoundError,
     WatermarkConflictError,
     WatermarkError,
 )
-from icebatch.ledger import WATERMARK, ResultsLedger, open_ledger
-from icebatch.settings import Settings
+from icebatch.core.ledger import Key, ResultsLedger
+from icebatch.core.ledger import open_ledger as open_consumer_ledger
+from icebatch.core.settings import Settings
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate, generate_tickets
 
+from tests.support.consumers import triage
 from tests.support.runs import ledger_ids, run_once, source_ids
 
 pytestmark = pytest.mark.functional
+
+
+def open_ledger(settings: Settings, *, control_plane: bool = False) -> ResultsLedger:
+    """The triage consumer's ledger."""
+    return open_consumer_ledger(settings, triage(settings), control_plane=control_plane)
 
 
 class Crash(BaseException):
@@ -30,7 +37,7 @@ class Crash(BaseException):
 
 
 def _ledger(settings: Settings) -> ResultsLedger:
-    ensure_source_table(open_catalog(settings), settings.source_table)
+    ensure_source_table(open_catalog(settings), settings.catalog.source_table)
     return open_ledger(settings)
 
 
@@ -171,7 +178,7 @@ def test_crash_after_writing_results_before_commit(any_settings: Settings) -> No
         def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             raise Crash("killed between writing data files and committing")
 
-    crashing = DiesBeforeCommit(ledger.catalog, ledger.source_table, ledger.results_table, ledger.consumer)
+    crashing = DiesBeforeCommit(ledger.catalog, ledger.consumer)
     with pytest.raises(Crash):
         run_once(crashing)
     # the data files exist but are invisible: no rows, no watermark
@@ -414,7 +421,7 @@ def test_missing_catalog_settings_name_the_variable() -> None:
 
 
 def test_glue_catalog_without_a_reachable_endpoint_is_a_clear_error(settings: Settings) -> None:
-    from icebatch.errors import CatalogUnavailableError
+    from icebatch.core.errors import CatalogUnavailableError
 
     broken = settings.with_overrides(
         catalog_type="glue",
@@ -437,7 +444,7 @@ def test_corrupt_watermark_property_names_the_fix(settings: Settings) -> None:
     results = ledger.results()
     assert results is not None
     txn = results.transaction()
-    with txn.update_snapshot(snapshot_properties={WATERMARK: "not-a-snapshot"}).fast_append():
+    with txn.update_snapshot(snapshot_properties={Key.WATERMARK: "not-a-snapshot"}).fast_append():
         pass
     txn.commit_transaction()
     with pytest.raises(WatermarkError, match=r"corrupt watermark 'not-a-snapshot'.*icebatch ledger reset"):
@@ -450,3 +457,44 @@ def test_generator_cli_path_appends_one_snapshot_per_batch(settings: Settings) -
     ids = generate(ledger.source(), tickets=25, batches=4, seed=3, on_snapshot=lambda i, n, sid: seen.append(n))
     assert len(ids) == 4 and seen == [7, 6, 6, 6]
     assert ledger.backlog().rows == 25
+
+
+# --------------------------------------------------------------------------------------------------
+# task versions
+# --------------------------------------------------------------------------------------------------
+def test_a_new_task_version_backfills_the_table_beside_the_old_versions_rows(settings: Settings) -> None:
+    # given a consumer whose version 1 has processed every ticket
+    v1 = _ledger(settings)
+    _append(v1, 12, seed=1)
+    _append(v1, 8, seed=2)
+    first = run_once(v1)
+    assert first is not None and v1.backlog().rows == 0
+    # when its task gets version 2
+    task_v2 = v1.consumer.task.model_copy(update={"version": 2})
+    v2 = ResultsLedger(v1.catalog, v1.consumer.model_copy(update={"task": task_v2}))
+    # then the whole table is its backlog (a backfill), while version 1 still has nothing to do
+    assert v2.watermark().source_snapshot_id is None and v2.backlog().rows == 20
+    assert v1.backlog().rows == 0
+    # and running it leaves version 1's rows untouched: each row is there once per version
+    second = run_once(v2)
+    assert second is not None and second.stats.rows == 20
+    rows = v2.results().scan(selected_fields=("source_id", "task_version", "run_id")).to_arrow().to_pylist()
+    by_version = Counter((r["source_id"], r["task_version"]) for r in rows)
+    assert len(by_version) == 40 and set(by_version.values()) == {1}
+    assert {r["run_id"] for r in rows if r["task_version"] == 1} == {first.plan.run_id}
+    assert v1.watermark().source_snapshot_id == v2.watermark().source_snapshot_id
+
+
+def test_an_operator_can_start_a_new_versions_backfill_at_a_named_snapshot(settings: Settings) -> None:
+    v1 = _ledger(settings)
+    old = _append(v1, 30, seed=3)
+    run_once(v1)
+    recent = _append(v1, 5, seed=4)
+    v2 = ResultsLedger(
+        v1.catalog, v1.consumer.model_copy(update={"task": v1.consumer.task.model_copy(update={"version": 2})})
+    )
+    assert v2.backlog().rows == 35
+    v2.reset(old, reason="version 2 only for new tickets")
+    backlog = v2.backlog()
+    assert (backlog.rows, backlog.pending_snapshot_ids) == (5, (recent,))
+    assert v1.backlog().rows == 5  # version 1's own progress is unchanged

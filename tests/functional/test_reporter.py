@@ -15,16 +15,16 @@ from typing import Any
 
 import jsonschema
 import pytest
-from icebatch.bus import EventBridgePublisher, load_publisher
-from icebatch.catalog import open_catalog
-from icebatch.events import BatchJobCompleted
-from icebatch.handlers import use_settings
-from icebatch.invoke import invoke
-from icebatch.rules import PATTERNS
-from icebatch.settings import Settings
+from icebatch.core.bus import EventBridgePublisher, load_publisher
+from icebatch.core.catalog import open_catalog
+from icebatch.core.events import BatchJobCompleted
+from icebatch.core.rules import PATTERNS, fill
+from icebatch.core.settings import Settings
+from icebatch.tools.invoke import invoke
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.aws import REGION, client
+from tests.support.consumers import consumers_file
 from tests.support.k8s_api import RayJobApi, sts_token_verifier
 
 pytestmark = pytest.mark.functional
@@ -43,13 +43,14 @@ def queue(endpoint: str) -> tuple[str, str]:
     return url, arn
 
 
-def bus_with_reporter_rule(endpoint: str) -> tuple[Any, str, str]:
+def bus_with_reporter_rule(endpoint: str, deployment: str = "icebatch-prod") -> tuple[Any, str, str]:
     """A fresh EventBridge bus whose reporter rule (the pattern from eventbridge/) targets a new queue."""
     events = client("events", endpoint)
     bus = f"icebatch-{uuid.uuid4().hex[:6]}"
     events.create_event_bus(Name=bus)
     url, arn = queue(endpoint)
-    events.put_rule(Name="reporter", EventBusName=bus, EventPattern=json.dumps(PATTERNS["reporter"]))
+    pattern = fill(PATTERNS["reporter"], {"AWS::StackName": deployment})
+    events.put_rule(Name="reporter", EventBusName=bus, EventPattern=json.dumps(pattern))
     events.put_targets(Rule="reporter", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
     return events, bus, url
 
@@ -92,16 +93,14 @@ def idempotency_table(aws_endpoint: str) -> str:
 @pytest.fixture
 def aws_settings(
     settings: Settings, aws_endpoint: str, sns_to_sqs: tuple[str, str], idempotency_table: str
-) -> Iterator[Settings]:
+) -> Settings:
     s = settings.with_overrides(
         sns_topic_arn=sns_to_sqs[0],
         idempotency_table=idempotency_table,
         aws_endpoint_url=aws_endpoint,
         aws_region=REGION,
     )
-    use_settings(s)
-    yield s
-    use_settings(None)
+    return s
 
 
 # --------------------------------------------------------------------------------------------------
@@ -127,7 +126,7 @@ def test_put_events_reaches_the_reporter_rule(aws_endpoint: str) -> None:
 def test_reporter_publishes_text_and_json_with_attributes(
     aws_settings: Settings, aws_endpoint: str, sns_to_sqs: tuple[str, str]
 ) -> None:
-    result = invoke("reporter", example("batch-job-completed.json"))
+    result = invoke("reporter", example("batch-job-completed.json"), aws_settings)
     assert result["status"] == "reported" and result["subject"] == "icebatch triage: 2,200 tickets, $0.1489 (13 not ok)"
     [message] = drain(aws_endpoint, sns_to_sqs[1], expect=1)
     notification = json.loads(message["Body"])
@@ -144,8 +143,8 @@ def test_the_same_event_delivered_twice_makes_one_report(
     aws_settings: Settings, aws_endpoint: str, sns_to_sqs: tuple[str, str]
 ) -> None:
     event = example("batch-job-completed.json")
-    first = invoke("reporter", event)
-    second = invoke("reporter", event)
+    first = invoke("reporter", event, aws_settings)
+    second = invoke("reporter", event, aws_settings)
     assert first == second  # the stored result of the first delivery
     assert len(drain(aws_endpoint, sns_to_sqs[1])) == 1
 
@@ -157,8 +156,8 @@ def test_a_failure_reported_by_the_job_and_by_reconciliation_makes_one_alert(
     by_reconciler = json.loads(json.dumps(by_job))
     by_reconciler["id"] = str(uuid.uuid4())
     by_reconciler["detail"].update(origin="reconciler", stage="cluster")
-    assert invoke("reporter", by_job)["report_status"] == "failed"
-    invoke("reporter", by_reconciler)
+    assert invoke("reporter", by_job, aws_settings)["report_status"] == "failed"
+    invoke("reporter", by_reconciler, aws_settings)
     [message] = drain(aws_endpoint, sns_to_sqs[1], expect=1)
     assert "FAILED (OutOfMemoryError)" in json.loads(message["Body"])["Subject"]
 
@@ -167,15 +166,15 @@ def test_a_failure_reported_by_the_job_and_by_reconciliation_makes_one_alert(
 def test_malformed_events_are_rejected_and_report_nothing(
     name: str, aws_settings: Settings, aws_endpoint: str, sns_to_sqs: tuple[str, str]
 ) -> None:
-    result = invoke("reporter", example(name, "invalid"))
+    result = invoke("reporter", example(name, "invalid"), aws_settings)
     assert result["status"] == "rejected" and result["reason"]
     assert drain(aws_endpoint, sns_to_sqs[1]) == []
 
 
 def test_events_for_other_detail_types_are_rejected(aws_settings: Settings) -> None:
-    result = invoke("reporter", example("launch-skipped.json"))
+    result = invoke("reporter", example("batch-job-submitted.json"), aws_settings)
     assert result["status"] == "rejected" and "check the rule's event pattern" in result["reason"]
-    assert invoke("reporter", ["not", "an", "event"])["status"] == "rejected"
+    assert invoke("reporter", ["not", "an", "event"], aws_settings)["status"] == "rejected"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,50 +192,64 @@ def test_a_silently_failed_rayjob_is_reported_once_and_later_deleted(
     settings: Settings, aws_endpoint: str, k8s: RayJobApi
 ) -> None:
     # given an EventBridge bus whose reporter rule feeds a queue, and a kuberay launcher
-    _, bus, url = bus_with_reporter_rule(aws_endpoint)
+    _, bus, url = bus_with_reporter_rule(aws_endpoint, deployment="icebatch-prod")
     s = settings.with_overrides(
         backend="kuberay", eks_cluster="icebatch-test", k8s_api_server=k8s.url,  # type: ignore[attr-defined]
         aws_endpoint_url=aws_endpoint, aws_region=REGION, event_bus=bus, finished_job_retention_seconds=3600,
+        deployment="icebatch-prod", consumers_file=consumers_file(settings.home / "c", {"name": "triage"}),
     )  # fmt: skip
-    use_settings(s)
-    try:
-        table = ensure_source_table(open_catalog(s), s.source_table)
-        append_tickets(table, generate_tickets(20, random.Random(1)))
-        launched = invoke("launcher", {"trigger": "schedule"})["decision"]
-        assert launched["decision"] == "launch"
-        drain(aws_endpoint, url)  # (the Submitted announcement is not for the reporter)
-        # when the job dies of its deadline without any event
-        ended = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        k8s.set_status(launched["job_name"], jobDeploymentStatus="Failed", reason="DeadlineExceeded",
-                       message="RayJob has passed the activeDeadlineSeconds", endTime=ended)  # fmt: skip
-        # then the next schedule reports it once (and launches attempt 2 for the still-pending range) ...
-        retry = invoke("launcher", {"trigger": "schedule"})["decision"]
-        assert retry["decision"] == "launch" and retry["attempt"] == 2
-        [failed] = drain(aws_endpoint, url, expect=1)
-        detail = json.loads(failed["Body"])["detail"]
-        assert (detail["origin"], detail["error_type"], detail["rayjob_name"]) == (
-            "reconciler",
-            "DeadlineExceeded",
-            launched["job_name"],
-        )
-        assert detail["run_id"] == launched["run_id"] and detail["retryable"] is True
-        obj = k8s.objects[("icebatch", launched["job_name"])]
-        assert obj["metadata"]["annotations"]["icebatch.io/reported"] == "true"
-        # ... not again on the one after
-        again = invoke("launcher", {"trigger": "schedule"})["decision"]
-        assert again["decision"] == "already_launched" and again["active_job"] == retry["job_name"]
-        assert [json.loads(m["Body"])["detail-type"] for m in drain(aws_endpoint, url)] == []
-        # and once past the retention period, the reported job is deleted
-        use_settings(s.with_overrides(finished_job_retention_seconds=60))
-        invoke("launcher", {"trigger": "schedule"})
-        assert launched["job_name"] not in k8s.names()
-    finally:
-        use_settings(None)
+    table = ensure_source_table(open_catalog(s), s.catalog.source_table)
+    append_tickets(table, generate_tickets(20, random.Random(1)))
+    [launched] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
+    assert launched["decision"] == "launch"
+    drain(aws_endpoint, url)  # (the Submitted announcement is not for the reporter)
+    # when the job dies of its deadline without any event
+    ended = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    k8s.set_status(launched["job_name"], jobDeploymentStatus="Failed", reason="DeadlineExceeded",
+                   message="RayJob has passed the activeDeadlineSeconds", endTime=ended)  # fmt: skip
+    # then the next schedule reports it once (and launches attempt 2 for the still-pending range) ...
+    [retry] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
+    assert retry["decision"] == "launch" and retry["attempt"] == 2
+    [failed] = drain(aws_endpoint, url, expect=1)
+    detail = json.loads(failed["Body"])["detail"]
+    assert (detail["origin"], detail["error_type"], detail["rayjob_name"]) == (
+        "reconciler",
+        "DeadlineExceeded",
+        launched["job_name"],
+    )
+    assert detail["run_id"] == launched["run_id"] and detail["retryable"] is True
+    assert (detail["consumer"], detail["deployment"], detail["task_version"]) == ("triage", "icebatch-prod", 1)
+    obj = k8s.objects[("icebatch", launched["job_name"])]
+    assert obj["metadata"]["annotations"]["icebatch.io/reported"] == "true"
+    # ... not again on the one after
+    [again] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
+    assert again["decision"] == "already_launched" and again["active_job"] == retry["job_name"]
+    assert [json.loads(m["Body"])["detail-type"] for m in drain(aws_endpoint, url)] == []
+    # and once past the retention period, the reported job is deleted
+    invoke("launcher", {"trigger": "schedule"}, s.with_overrides(finished_job_retention_seconds=60))
+    assert launched["job_name"] not in k8s.names()
+
+
+def test_a_deployments_reporter_rule_takes_only_its_own_events(aws_endpoint: str) -> None:
+    # given the reporter rules of two deployments (dev and prod) on one bus
+    events, bus, prod_queue = bus_with_reporter_rule(aws_endpoint, deployment="icebatch-prod")
+    dev_queue, dev_arn = queue(aws_endpoint)
+    dev_pattern = fill(PATTERNS["reporter"], {"AWS::StackName": "icebatch-dev"})
+    events.put_rule(Name="reporter-dev", EventBusName=bus, EventPattern=json.dumps(dev_pattern))
+    events.put_targets(Rule="reporter-dev", EventBusName=bus, Targets=[{"Id": "q", "Arn": dev_arn}])
+    # when a prod job reports
+    detail = BatchJobCompleted.model_validate(example("batch-job-completed.json")["detail"])
+    EventBridgePublisher(events, bus).publish(detail.model_copy(update={"deployment": "icebatch-prod"}))
+    # then only prod's reporter hears of it
+    assert len(drain(aws_endpoint, prod_queue, expect=1)) == 1
+    assert drain(aws_endpoint, dev_queue) == []
 
 
 def test_local_bus_routes_completion_to_the_reporter_and_writes_the_report(settings: Settings, capsys: Any) -> None:
     bus = load_publisher(settings)
-    detail = BatchJobCompleted.model_validate(example("batch-job-completed.json")["detail"])
+    example_detail = BatchJobCompleted.model_validate(example("batch-job-completed.json")["detail"])
+    bus.publish(example_detail)  # another deployment's: not this reporter's business
+    detail = example_detail.model_copy(update={"deployment": settings.top.deployment})
     bus.publish(detail)
     bus.publish(detail)  # delivered twice: one report
     reports = sorted((settings.reports_dir).glob("*.txt"))
@@ -244,5 +257,5 @@ def test_local_bus_routes_completion_to_the_reporter_and_writes_the_report(setti
     text = reports[0].read_text()
     assert "Subject: icebatch triage: 2,200 tickets" in text and "TOKENOMICS" in text
     assert capsys.readouterr().out.count("[report] icebatch triage") == 1
-    logged = [json.loads(line)["detail-type"] for line in (settings.home_abs / "events.jsonl").read_text().splitlines()]
-    assert logged == ["Batch Job Completed", "Batch Job Completed"]
+    logged = [json.loads(line)["detail-type"] for line in (settings.home / "events.jsonl").read_text().splitlines()]
+    assert logged == ["Batch Job Completed"] * 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from icebatch.metadata_io import MetadataFileIO
+from icebatch.core.metadata_io import MetadataFileIO
 from pyiceberg.io import InputFile
 
 

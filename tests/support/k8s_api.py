@@ -9,6 +9,7 @@ the presigned STS URL inside is called (against moto's STS) and must sign the ``
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import socket
@@ -22,7 +23,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from icebatch.backends.eks_auth import CLUSTER_HEADER, decode_token
+from icebatch.control.backends.eks_auth import CLUSTER_HEADER, TOKEN_PREFIX
 
 from tests.support.crd import errors as crd_errors
 from tests.support.tls import ServerCert
@@ -104,6 +105,14 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
         else:
             target[k] = v
     return target
+
+
+def decode_token(token: str) -> str:
+    """The presigned STS URL inside a bearer token: what EKS verifies, and so does this server."""
+    if not token.startswith(TOKEN_PREFIX):
+        raise ValueError("not an EKS token")
+    body = token[len(TOKEN_PREFIX) :]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
 
 
 class RayJobApi:

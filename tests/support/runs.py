@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow as pa
-from icebatch.ledger import ResultsLedger, RunPlan
-from icebatch_job.results import result_row, results_arrow_schema
-from icebatch_job.runner import ExecutedRun, execute
+from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan
+from icebatch.core.task import TaskSpec
+from icebatch_job.results import RunStats, result_row, results_arrow_schema
+from icebatch_job.runner import commit_results, write_results
 from icebatch_job.source import exact_row_count, iter_batches
-from icebatch_job.task import TaskSpec, load_task
 
-TASK = load_task()
+from tests.support.consumers import triage
+
+TASK = triage().task
 
 
 def label(ticket: dict) -> dict:
@@ -66,12 +69,20 @@ def labelled(plan: RunPlan, batches: Iterable[pa.RecordBatch], task: TaskSpec = 
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
 
+@dataclass(frozen=True)
+class ExecutedRun:
+    plan: RunPlan
+    stats: RunStats
+    commit: CommitResult
+
+
 def run_once(
     ledger: ResultsLedger,
     *,
     plan: RunPlan | None = None,
     transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
 ) -> ExecutedRun | None:
+    """What the job does with a plan, with the rule-based labeller: write the rows, commit them."""
     plan = plan or ledger.plan()
     if plan is None:
         return None
@@ -79,7 +90,13 @@ def run_once(
     batches = iter_batches(source, plan)
     if transform is not None:
         batches = transform(batches)
-    return execute(ledger, plan, TASK, labelled(plan, batches), exact_rows=exact_row_count(source, plan))
+    task = ledger.consumer.task
+    stats = RunStats(task.label_fields)
+    files = write_results(ledger, task, labelled(plan, batches, task), stats)
+    commit = commit_results(
+        ledger, plan, files, stats, stats.totals(model="rules"), exact_rows=exact_row_count(source, plan)
+    )
+    return ExecutedRun(plan, stats, commit)
 
 
 def ledger_ids(ledger: ResultsLedger) -> list[str]:

@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from icebatch.costs import CostInputs, cost_breakdown
-from icebatch.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts
-from icebatch.report import completed_text, failed_text, subject
+from icebatch.core.costs import CostInputs, cost_breakdown
+from icebatch.core.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts
+from icebatch.core.report import completed_text, failed_text, subject
 
 pytestmark = pytest.mark.unit
 
@@ -104,7 +104,7 @@ def test_failure_report_says_what_happens_next() -> None:
 
 
 def test_the_report_names_the_instance_type_and_where_its_rate_comes_from() -> None:
-    from icebatch.settings import Settings
+    from icebatch.core.settings import Settings
 
     # given the defaults (no configured rate): the cheapest allowed type that hosts the worker
     billing = Settings().billing()

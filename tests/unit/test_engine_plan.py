@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from icebatch.settings import Settings
+from icebatch.core.settings import Settings
 from icebatch_job.model import is_remote_model
 from icebatch_job.pipeline import engine_config, processor_config
 from icebatch_job.runtime import job_environment

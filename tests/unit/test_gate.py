@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from icebatch.gate import GateInput, decide
+from icebatch.control.gate import ActiveJob, GateInput, decide
 
 pytestmark = pytest.mark.unit
 
@@ -34,8 +34,21 @@ def g(**kw) -> GateInput:  # type: ignore[no-untyped-def]
         ({"kind": "manual"}, "skip", "< threshold"),
         ({"kind": "manual", "force": True}, "launch", "forced manual launch (50 rows)"),
         ({"kind": "manual", "force": True, "backlog_rows": 0}, "skip", "nothing new"),
-        ({"kind": "schedule", "active_job": "ib-triage-x-a1"}, "skip", "ib-triage-x-a1 is still active"),
-        ({"kind": "manual", "force": True, "active_job": "j"}, "skip", "still active"),
+        (
+            {"kind": "schedule", "active_job": ActiveJob("ib-triage-x-a1", False)},
+            "skip",
+            "ib-triage-x-a1 is still active",
+        ),
+        ({"kind": "manual", "force": True, "active_job": ActiveJob("j", False)}, "skip", "still active"),
+        ({"kind": "schedule", "active_job": ActiveJob("j", True)}, "already_launched", "j is already running"),
+        ({"kind": "schedule", "estimate_usd": 5.0, "max_usd_per_run": 4.0}, "skip", "over budget: the run is"),
+        ({"kind": "schedule", "estimate_usd": 5.0, "max_usd_per_run": 5.0}, "launch", "scheduled drain"),
+        (
+            {"kind": "schedule", "estimate_usd": 2.0, "spent_today_usd": 9.0, "max_usd_per_day": 10.0},
+            "skip",
+            "$9.00 spent today plus an estimated $2.00",
+        ),
+        ({"backlog_rows": 99, "estimate_usd": 5.0, "max_usd_per_run": 1.0}, "skip", "< threshold"),  # no launch anyway
         ({"kind": "schedule", "dry_run": True}, "dry_run", "would launch: scheduled drain"),
         ({"kind": "schedule", "failed_attempts": 3}, "skip", "3 attempts from this watermark failed"),
         ({"ignore_reason": "Glue change for a.b"}, "ignored", "Glue change for a.b"),
@@ -45,3 +58,9 @@ def test_gate_decisions(kw: dict, decision: str, reason: str) -> None:
     result = decide(g(**kw))
     assert result.decision == decision
     assert reason in result.reason
+
+
+def test_a_refusal_for_budget_is_marked_so_that_it_is_counted() -> None:
+    refused = decide(g(kind="schedule", estimate_usd=5.0, max_usd_per_run=1.0))
+    assert refused.over_budget and refused.decision == "skip" and "icebatch estimate" in refused.reason
+    assert not decide(g(kind="schedule")).over_budget

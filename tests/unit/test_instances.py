@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from icebatch.errors import ConfigError
-from icebatch.instances import INSTANCE_TYPES, Resources, allocatable, billing_rate, can_host, parse_cpu, parse_memory
-from icebatch.settings import Settings
+from icebatch.core.errors import ConfigError
+from icebatch.core.instances import (
+    INSTANCE_TYPES,
+    Resources,
+    allocatable,
+    billing_rate,
+    can_host,
+    parse_cpu,
+    parse_memory,
+)
+from icebatch.core.settings import Settings
 
 pytestmark = pytest.mark.unit
 

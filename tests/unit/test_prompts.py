@@ -3,8 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from icebatch.core.task import load_task
 from icebatch_job.prompts import PromptBuilder
-from icebatch_job.task import load_task
 
 pytestmark = pytest.mark.unit
 TASK = load_task()

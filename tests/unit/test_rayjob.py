@@ -1,31 +1,40 @@
 from __future__ import annotations
 
 import gzip
+import json
 import re
 
 import pytest
-from icebatch.rayjob import JobSpec, build_rayjob_manifest, gpus_for, job_env, job_name, job_state
-from icebatch.settings import Settings
+from icebatch.control.jobs import job_state
+from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_env, job_name, range_tag
+from icebatch.core.consumers import Consumer
+from icebatch.core.estimate import gpus_for
+from icebatch.core.settings import Settings
 
+from tests.support.consumers import triage
 from tests.support.crd import CRD_DIR, SHARED_DIR, VERSIONS, errors
 
 pytestmark = pytest.mark.unit
 S = Settings(
     backend="kuberay",
     eks_cluster="prod",
+    deployment="icebatch-prod",
     job_image="123.dkr.ecr.us-east-1.amazonaws.com/icebatch-job:1",
     catalog_type="glue",
     warehouse="s3://wh/warehouse",
     model_source="s3://models/llama-3.1-8b/",
 )
+TRIAGE = triage(S)
 
 
 def spec(**kw) -> JobSpec:  # type: ignore[no-untyped-def]
+    tag = range_tag("icebatch-prod", "triage", 1, 123)
     base = dict(
-        name=job_name("triage", 123, 1),
+        name=job_name("triage", tag, 1),
         run_id="triage-20261129T020000-abcdef",
-        consumer="triage",
-        source_table="support.tickets",
+        deployment="icebatch-prod",
+        consumer=TRIAGE,
+        tag=tag,
         from_snapshot=123,
         to_snapshot=456,
         backlog_rows=5000,
@@ -36,18 +45,26 @@ def spec(**kw) -> JobSpec:  # type: ignore[no-untyped-def]
     return JobSpec(**{**base, **kw})
 
 
-def test_names_are_dns_safe_short_and_depend_only_on_consumer_watermark_attempt() -> None:
-    a, b = job_name("triage", 123, 1), job_name("triage", 123, 1)
-    assert a == b and a != job_name("triage", 124, 1) and a != job_name("triage", 123, 2)
-    longest = job_name("a" * 20, 2**63 - 1, 99)
+def test_names_are_dns_safe_short_and_depend_on_deployment_consumer_version_watermark_attempt() -> None:
+    tag = range_tag("prod", "triage", 1, 123)
+    a, b = job_name("triage", tag, 1), job_name("triage", range_tag("prod", "triage", 1, 123), 1)
+    assert a == b and a != job_name("triage", tag, 2)
+    others = {
+        range_tag("dev", "triage", 1, 123),
+        range_tag("prod", "triage", 2, 123),
+        range_tag("prod", "triage", 1, 124),
+    }
+    assert tag not in others and len(others) == 3
+    longest = job_name("a" * 20, range_tag("x" * 64, "a" * 20, 99, 2**63 - 1), 99)
     assert len(longest) <= 47
-    for name in (a, longest, job_name("x-y", None, 1)):
+    for name in (a, longest, job_name("x-y", range_tag("local", "x-y", 1, None), 1)):
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
 
 
 @pytest.mark.parametrize(("rows", "gpus"), [(1, 1), (120_000, 1), (120_001, 2), (600_000, 4), (10**9, 4)])
-def test_gpus_scale_with_backlog_up_to_the_cap(rows: int, gpus: int) -> None:
-    assert gpus_for(rows, S) == gpus
+def test_gpus_scale_with_backlog_up_to_the_consumers_cap(rows: int, gpus: int) -> None:
+    assert gpus_for(rows, TRIAGE, S) == gpus
+    assert gpus_for(10**9, TRIAGE.model_copy(update={"max_gpus": 2}), S) == 2
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -69,8 +86,8 @@ def test_manifest_shape() -> None:
     assert (s["shutdownAfterJobFinishes"], s["ttlSecondsAfterFinished"], s["backoffLimit"]) == (True, 60, 1)
     assert s["activeDeadlineSeconds"] == 4 * 3600
     assert s["entrypoint"] == (
-        "icebatch job run --run-id triage-20261129T020000-abcdef --from-snapshot 123 --to-snapshot 456 "
-        "--rayjob-name " + job_name("triage", 123, 1)
+        "python -m icebatch_job run --run-id triage-20261129T020000-abcdef --from-snapshot 123 --to-snapshot 456 "
+        "--rayjob-name " + spec().name
     )
     head = s["rayClusterSpec"]["headGroupSpec"]
     assert head["rayStartParams"]["num-cpus"] == "0"
@@ -82,18 +99,38 @@ def test_manifest_shape() -> None:
     assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "icebatch-gpu"}
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["serviceAccountName"] == "icebatch-job"
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms[0]["matchExpressions"][0]["values"] == S.gpu_instance_types
-    assert m["metadata"]["labels"]["icebatch.io/consumer"] == "triage"
+    assert terms[0]["matchExpressions"][0]["values"] == S.cluster.gpu_instance_types
+    labels = m["metadata"]["labels"]
+    assert (labels["icebatch.io/consumer"], labels["icebatch.io/deployment"]) == ("triage", "icebatch-prod")
+    assert m["metadata"]["annotations"]["icebatch.io/task"] == "ticket-triage@v1"
 
 
-def test_job_env_carries_the_job_settings_only() -> None:
+def test_the_pod_gets_every_job_setting_and_its_consumer_and_nothing_of_the_launchers() -> None:
     env = {e["name"]: e["value"] for e in job_env(S, spec())}
     assert env["ICEBATCH_CATALOG_TYPE"] == "glue" and env["ICEBATCH_MODEL_SOURCE"] == "s3://models/llama-3.1-8b/"
     assert env["ICEBATCH_CONCURRENCY"] == "2" and env["ICEBATCH_BACKEND"] == "kuberay"
-    assert "ICEBATCH_BACKLOG_THRESHOLD" not in env and "ICEBATCH_JOB_IMAGE" not in env
-    reparsed = Settings.from_env(env)  # the pod reads back exactly what it was given, nothing else
-    assert reparsed.concurrency == 2 and reparsed.warehouse == "s3://wh/warehouse"
+    assert env["ICEBATCH_DEPLOYMENT"] == "icebatch-prod" and env["ICEBATCH_HOME"] == "/tmp/icebatch"
+    assert "ICEBATCH_JOB_IMAGE" not in env and "ICEBATCH_MAX_ATTEMPTS" not in env  # the launcher's business
+    # the pod reads back exactly what it was given: its consumer, task included, and the same billing
+    reparsed = Settings.from_env(env)
+    assert reparsed.engine.concurrency == 2 and reparsed.catalog.warehouse == "s3://wh/warehouse"
     assert reparsed.billing() == S.billing()
+    assert Consumer.model_validate(json.loads(env["ICEBATCH_JOB_CONSUMER"])) == TRIAGE
+
+
+def test_a_new_job_setting_reaches_the_pod_without_being_listed() -> None:
+    # every field of the sections the job uses is passed when it differs from its default
+    changed = S.with_overrides(max_num_seqs=7, kv_cache_gib=2.5, karpenter_consolidate_seconds=10)
+    env = {e["name"]: e["value"] for e in job_env(changed, spec())}
+    assert (
+        env["ICEBATCH_MAX_NUM_SEQS"],
+        env["ICEBATCH_KV_CACHE_GIB"],
+        env["ICEBATCH_KARPENTER_CONSOLIDATE_SECONDS"],
+    ) == (
+        "7",
+        "2.5",
+        "10",
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,9 @@ import json
 from pathlib import Path
 
 import pytest
-from icebatch.errors import TaskSpecError
+from icebatch.core.errors import TaskSpecError
+from icebatch.core.task import DEFAULT_TASK, load_task
 from icebatch_job.results import STATUS_ERROR, STATUS_INVALID, STATUS_OK, result_row, results_schema
-from icebatch_job.task import DEFAULT_TASK, load_task
 
 pytestmark = pytest.mark.unit
 TASK = load_task()

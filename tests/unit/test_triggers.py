@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-from icebatch.errors import InvalidEventError
-from icebatch.triggers import parse_trigger, relevance
+from icebatch.control.triggers import parse_trigger, relevance
+from icebatch.core.errors import InvalidEventError
 
 pytestmark = pytest.mark.unit
 EVENTS = Path(__file__).resolve().parents[2] / "sam" / "events"

@@ -1,0 +1,127 @@
+"""The launch gate: a pure function from what the launcher observed to a decision and a reason.
+
+| trigger  | launches when                                                                 |
+| -------- | ----------------------------------------------------------------------------- |
+| schedule | backlog > 0 (the nightly drain)                                               |
+| append   | backlog >= threshold, or the oldest waiting row is older than max staleness   |
+| manual   | like append; with ``force``, whenever backlog > 0                             |
+
+In this order, it never launches: for an event that does not concern the consumer ("ignored"); beside
+a job of the same range ("already_launched") or another active job of the consumer; with nothing new;
+past ``max_attempts`` failed attempts from the same watermark; when the run's estimate exceeds the
+consumer's budget (per run, or today's spend plus the estimate per day). ``dry_run`` turns "launch"
+into "dry_run" (the manifest is still built).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Decision = Literal["launch", "dry_run", "skip", "ignored", "already_launched"]
+
+
+@dataclass(frozen=True)
+class ActiveJob:
+    name: str
+    same_range: bool  # started from the watermark this launch would start from
+
+
+@dataclass(frozen=True)
+class GateInput:
+    kind: Literal["schedule", "append", "manual"]
+    force: bool
+    dry_run: bool
+    backlog_rows: int
+    oldest_age_seconds: float | None
+    threshold: int
+    max_staleness_seconds: int
+    active_job: ActiveJob | None
+    failed_attempts: int
+    max_attempts: int
+    estimate_usd: float = 0.0
+    max_usd_per_run: float | None = None
+    spent_today_usd: float = 0.0
+    max_usd_per_day: float | None = None
+    ignore_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    decision: Decision
+    reason: str
+    over_budget: bool = False
+
+
+def decide(g: GateInput) -> GateResult:
+    blocked = _blocked(g)
+    if blocked is not None:
+        return blocked
+    why = _why_launch(g)
+    if why is None:
+        age = "" if g.oldest_age_seconds is None else f", oldest waiting {g.oldest_age_seconds:.0f} s"
+        return GateResult("skip", f"backlog {g.backlog_rows} < threshold {g.threshold}{age}")
+    refused = _over_budget(g)
+    if refused is not None:
+        return refused
+    if g.dry_run:
+        return GateResult("dry_run", f"would launch: {why}")
+    return GateResult("launch", why)
+
+
+def _blocked(g: GateInput) -> GateResult | None:
+    if g.ignore_reason is not None:
+        return GateResult("ignored", g.ignore_reason)
+    if g.active_job is not None and g.active_job.same_range:
+        return GateResult("already_launched", f"{g.active_job.name} is already running for this range")
+    if g.active_job is not None:
+        return GateResult("skip", f"job {g.active_job.name} is still active for this consumer")
+    if g.backlog_rows <= 0:
+        return GateResult("skip", "nothing new since the watermark")
+    if g.failed_attempts >= g.max_attempts:
+        return GateResult(
+            "skip",
+            f"{g.failed_attempts} attempts from this watermark failed (max {g.max_attempts}): an operator must "
+            "look at the failure reports before icebatch tries again (see `icebatch launch --help`)",
+        )
+    return None
+
+
+def _why_launch(g: GateInput) -> str | None:
+    stale = (
+        g.max_staleness_seconds > 0
+        and g.oldest_age_seconds is not None
+        and g.oldest_age_seconds >= g.max_staleness_seconds
+    )
+    if g.kind == "schedule":
+        return f"scheduled drain of {g.backlog_rows} rows"
+    if g.kind == "manual" and g.force:
+        return f"forced manual launch ({g.backlog_rows} rows)"
+    if g.backlog_rows >= g.threshold:
+        return f"backlog {g.backlog_rows} >= threshold {g.threshold}"
+    if stale:
+        assert g.oldest_age_seconds is not None
+        return (
+            f"backlog {g.backlog_rows} < threshold {g.threshold}, but the oldest row has waited "
+            f"{g.oldest_age_seconds:.0f} s >= max staleness {g.max_staleness_seconds} s"
+        )
+    return None
+
+
+def _over_budget(g: GateInput) -> GateResult | None:
+    if g.max_usd_per_run is not None and g.estimate_usd > g.max_usd_per_run:
+        return GateResult(
+            "skip",
+            f"over budget: the run is estimated at ${g.estimate_usd:,.2f}, more than the consumer's "
+            f"${g.max_usd_per_run:,.2f} per run (see `icebatch estimate`; raise the budget in the consumers "
+            "file, or `icebatch ledger reset` to start later)",
+            over_budget=True,
+        )
+    if g.max_usd_per_day is not None and g.spent_today_usd + g.estimate_usd > g.max_usd_per_day:
+        return GateResult(
+            "skip",
+            f"over budget: ${g.spent_today_usd:,.2f} spent today plus an estimated ${g.estimate_usd:,.2f} is more "
+            f"than the consumer's ${g.max_usd_per_day:,.2f} per day; the next day's schedule tries again",
+            over_budget=True,
+        )
+    return None

@@ -1,0 +1,41 @@
+"""Lambda entry points: thin handlers that parse an event, call one function and return.
+
+Each ``lambda_handler(event, context, settings=None)`` uses the settings it is handed (the CLI, the
+local bus, tests) or, in Lambda, ``environment_settings()``: built from the environment once per
+container. Nothing overwrites them.
+
+Metrics: permanent errors are answered without a retry (a retry cannot succeed), so no dead letter
+records them; they are counted with the ``service`` dimension alone, which template.yaml's alarms
+watch (``PERMANENT_ERROR_METRICS``). Per-consumer figures are published per consumer
+(``consumer_metrics``), with the consumer as a dimension.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from aws_lambda_powertools.metrics import EphemeralMetrics, Metrics
+
+from icebatch.core.settings import Settings
+
+PERMANENT_ERROR_METRICS = {
+    "launcher": ("LaunchErrors", "InvalidEvents"),
+    "reporter": ("ReportErrors", "InvalidEvents"),
+}
+
+
+@functools.cache
+def environment_settings() -> Settings:
+    """The container's settings, from its environment (a ConfigError is not cached: it is raised again)."""
+    return Settings.from_env()
+
+
+@contextmanager
+def consumer_metrics(metrics: Metrics, consumer: str) -> Iterator[EphemeralMetrics]:
+    """A metric set of one consumer, flushed as its own EMF document (dimensions: service, consumer)."""
+    scoped = EphemeralMetrics(namespace=metrics.namespace, service=metrics.service)
+    scoped.add_dimension(name="consumer", value=consumer)
+    yield scoped
+    scoped.flush_metrics()

@@ -1,0 +1,69 @@
+"""RayJob objects read back: their state (KubeRay's two status fields) and what icebatch labelled them with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from icebatch.control.rayjob import LABEL
+
+TERMINAL_DEPLOYMENT = {"Complete", "Failed", "ValidationFailed"}
+TERMINAL_JOB = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+@dataclass(frozen=True)
+class JobState:
+    name: str
+    deployment: str | None
+    consumer: str | None
+    from_tag: str | None
+    attempt: int
+    deployment_status: str
+    job_status: str
+    reason: str
+    message: str
+    start_time: str | None
+    end_time: str | None
+    annotations: dict[str, str]
+
+    @property
+    def terminal(self) -> bool:
+        # a stopped or failed Ray job can show jobDeploymentStatus "Complete": read both fields
+        return self.deployment_status in TERMINAL_DEPLOYMENT or self.job_status in TERMINAL_JOB
+
+    @property
+    def succeeded(self) -> bool:
+        return self.job_status == "SUCCEEDED" and self.deployment_status not in {"Failed", "ValidationFailed"}
+
+    @property
+    def failed(self) -> bool:
+        return self.terminal and not self.succeeded
+
+    @property
+    def failure_reason(self) -> str:
+        parts = [p for p in (self.reason, self.job_status, self.message) if p]
+        return ": ".join(parts) or self.deployment_status or "unknown"
+
+
+def job_state(obj: dict[str, Any]) -> JobState:
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    lab = meta.get("labels") or {}
+    try:
+        attempt = int(lab.get(f"{LABEL}/attempt", "1"))
+    except ValueError:
+        attempt = 1
+    return JobState(
+        name=meta.get("name", ""),
+        deployment=lab.get(f"{LABEL}/deployment"),
+        consumer=lab.get(f"{LABEL}/consumer"),
+        from_tag=lab.get(f"{LABEL}/from"),
+        attempt=attempt,
+        deployment_status=status.get("jobDeploymentStatus") or "",
+        job_status=status.get("jobStatus") or "",
+        reason=status.get("reason") or "",
+        message=status.get("message") or "",
+        start_time=status.get("startTime"),
+        end_time=status.get("endTime"),
+        annotations=dict(meta.get("annotations") or {}),
+    )

@@ -1,0 +1,280 @@
+"""One launcher invocation: for every consumer the event concerns, observe, decide, and launch (or not).
+
+The launcher never reads data files and never writes a table: the backlog comes from snapshot metadata
+(``icebatch.core.ledger``), the decision from ``icebatch.control.gate.decide``, the RayJob from
+``icebatch.control.rayjob``. Each consumer gets one ``LaunchDecision``, which the handler logs and
+returns. Per consumer, the steps are:
+
+1. ``observe``: is the event about its table; its backlog; its jobs; the run's estimate and today's spend;
+2. ``decide``: the gate;
+3. ``build``: the job's spec and manifest (also for a dry run);
+4. ``submit``: create the job (409: already launched) and announce it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from icebatch.control.backends import JobBackend
+from icebatch.control.gate import ActiveJob, Decision, GateInput, GateResult, decide
+from icebatch.control.jobs import JobState
+from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_name, range_tag
+from icebatch.control.triggers import Trigger, relevance
+from icebatch.core.bus import EventPublisher
+from icebatch.core.consumers import Consumer
+from icebatch.core.errors import InvalidEventError
+from icebatch.core.estimate import Estimate, estimate_run, spent_on
+from icebatch.core.events import BatchJobSubmitted, SnapshotRange
+from icebatch.core.ledger import Backlog, ResultsLedger, new_run_id
+from icebatch.core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class LaunchDecision(BaseModel):
+    """The structured record of one consumer's launch decision."""
+
+    model_config = ConfigDict(frozen=True)
+
+    deployment: str
+    trigger: str
+    origin: str
+    event_id: str | None
+    table: str
+    consumer: str
+    task: str
+    task_version: int
+    watermark_snapshot_id: int | None
+    current_snapshot_id: int | None
+    backlog_rows: int
+    backlog_snapshots: int
+    oldest_unprocessed_age_seconds: float | None
+    skipped_rows: int
+    threshold: int
+    max_staleness_seconds: int
+    active_job: str | None
+    decision: Decision
+    reason: str
+    over_budget: bool = False
+    estimate_usd: float | None = None
+    backend: str
+    job_name: str | None = None
+    run_id: str | None = None
+    gpus: int | None = None
+    attempt: int | None = None
+    submission: str | None = None
+    decided_at: AwareDatetime
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    decision: LaunchDecision
+    manifest: dict[str, Any] | None
+
+
+@dataclass
+class Context:
+    """What one invocation works with, shared by its consumers."""
+
+    settings: Settings
+    catalog: Any
+    backend: JobBackend
+    publisher: EventPublisher | None
+    now: datetime
+    _jobs: list[JobState] | None = field(default=None, repr=False)
+
+    def jobs(self, consumer: str) -> list[JobState]:
+        if self._jobs is None:  # one API call per invocation, and only when some consumer has work
+            self._jobs = self.backend.list_jobs(self.settings.top.deployment)
+        return [j for j in self._jobs if j.consumer == consumer]
+
+
+@dataclass(frozen=True)
+class Observation:
+    ignore: str | None = None
+    backlog: Backlog | None = None
+    age_seconds: float | None = None
+    tag: str = ""
+    attempt: int = 1
+    failed_attempts: int = 0
+    active: ActiveJob | None = None
+    estimate: Estimate | None = None
+    spent_today: float = 0.0
+
+
+def launch(
+    trigger: Trigger,
+    settings: Settings,
+    consumers: list[Consumer],
+    *,
+    catalog: Any,
+    backend: JobBackend,
+    publisher: EventPublisher | None = None,
+    now: datetime | None = None,
+) -> list[LaunchOutcome]:
+    """One decision per consumer the trigger is for (all of them, unless a manual invoke names one)."""
+    selected = [c for c in consumers if trigger.consumer in (None, c.name)]
+    if not selected:
+        known = ", ".join(c.name for c in consumers)
+        raise InvalidEventError(f"no consumer named {str(trigger.consumer)[:40]!r} (known: {known})")
+    ctx = Context(settings, catalog, backend, publisher, now or datetime.now(UTC))
+    return [launch_consumer(trigger, consumer, ctx) for consumer in selected]
+
+
+def launch_consumer(trigger: Trigger, consumer: Consumer, ctx: Context) -> LaunchOutcome:
+    seen = observe(trigger, consumer, ctx)
+    gate = decide(gate_input(trigger, consumer, seen, ctx))
+    spec = manifest = submission = None
+    if gate.decision in ("launch", "dry_run") and seen.backlog is not None:
+        spec = job_spec(trigger, consumer, seen, ctx)
+        manifest = build_rayjob_manifest(ctx.settings, spec)
+    if gate.decision == "launch" and spec is not None and manifest is not None:
+        gate, submission = submit(trigger, spec, manifest, gate, ctx)
+    return LaunchOutcome(record(trigger, consumer, seen, gate, spec, submission, ctx), manifest)
+
+
+def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
+    """What the decision needs, from metadata and the backend only."""
+    ledger = ResultsLedger(ctx.catalog, consumer)
+    if trigger.origin == "glue" and (why := relevance(trigger, consumer.source_table, None)):
+        return Observation(ignore=why)
+    source = ledger.source()
+    if trigger.origin == "s3" and (why := relevance(trigger, consumer.source_table, source.metadata.location)):
+        return Observation(ignore=why)
+    watermark = ledger.watermark()
+    backlog = ledger.backlog(source=source, watermark=watermark)
+    age = backlog.oldest_pending_age_seconds(int(ctx.now.timestamp() * 1000))
+    tag = range_tag(ctx.settings.top.deployment, consumer.name, consumer.task_version, watermark.source_snapshot_id)
+    if backlog.rows <= 0:
+        return Observation(backlog=backlog, age_seconds=age, tag=tag)
+    jobs = ctx.jobs(consumer.name)
+    same = [j for j in jobs if j.from_tag == tag]
+    active = next((j for j in jobs if not j.terminal), None)
+    runs = ledger.runs()
+    return Observation(
+        backlog=backlog,
+        age_seconds=age,
+        tag=tag,
+        attempt=max((j.attempt for j in same), default=0) + 1,
+        failed_attempts=sum(1 for j in same if j.failed),
+        active=ActiveJob(active.name, active.from_tag == tag) if active else None,
+        estimate=estimate_run(backlog.rows, consumer, runs, ctx.settings),
+        spent_today=spent_on(ctx.now, runs, ctx.settings),
+    )
+
+
+def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> GateInput:
+    budget = consumer.budget
+    return GateInput(
+        kind=trigger.kind,
+        force=trigger.force,
+        dry_run=trigger.dry_run or ctx.settings.launch.dry_run,
+        backlog_rows=seen.backlog.rows if seen.backlog else 0,
+        oldest_age_seconds=seen.age_seconds,
+        threshold=consumer.backlog_threshold,
+        max_staleness_seconds=consumer.max_staleness_seconds,
+        active_job=seen.active,
+        failed_attempts=seen.failed_attempts,
+        max_attempts=ctx.settings.launch.max_attempts,
+        estimate_usd=seen.estimate.usd if seen.estimate else 0.0,
+        max_usd_per_run=budget.max_usd_per_run if budget else None,
+        spent_today_usd=seen.spent_today,
+        max_usd_per_day=budget.max_usd_per_day if budget else None,
+        ignore_reason=seen.ignore,
+    )
+
+
+def job_spec(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> JobSpec:
+    assert seen.backlog is not None and seen.backlog.current_snapshot_id is not None
+    gpus = seen.estimate.gpus if seen.estimate and ctx.settings.top.backend == "kuberay" else 1
+    return JobSpec(
+        name=job_name(consumer.name, seen.tag, seen.attempt),
+        run_id=new_run_id(consumer.name, ctx.now),
+        deployment=ctx.settings.top.deployment,
+        consumer=consumer,
+        tag=seen.tag,
+        from_snapshot=seen.backlog.watermark_snapshot_id,
+        to_snapshot=seen.backlog.current_snapshot_id,
+        backlog_rows=seen.backlog.rows,
+        gpus=gpus,
+        attempt=seen.attempt,
+        trigger=f"{trigger.kind}/{trigger.origin}",
+    )
+
+
+def submit(
+    trigger: Trigger, spec: JobSpec, manifest: dict[str, Any], gate: GateResult, ctx: Context
+) -> tuple[GateResult, str]:
+    """Create the job; a 409 means another launcher created it first: "already launched"."""
+    result = ctx.backend.submit(manifest, spec)
+    if not result.created:
+        return GateResult("already_launched", f"{spec.name} already exists ({result.detail})"), result.detail
+    if ctx.publisher is not None:
+        announce(ctx.publisher, spec, ctx)
+    return gate, ctx.backend.start(spec) or result.detail
+
+
+def announce(publisher: EventPublisher, spec: JobSpec, ctx: Context) -> None:
+    event = BatchJobSubmitted(
+        deployment=spec.deployment,
+        job_name=spec.name,
+        consumer=spec.consumer.name,
+        source_table=spec.consumer.source_table,
+        range=SnapshotRange(from_exclusive=spec.from_snapshot, to_inclusive=spec.to_snapshot),
+        backlog_rows=spec.backlog_rows,
+        gpus=spec.gpus,
+        backend=ctx.settings.top.backend,
+        trigger=spec.trigger,
+        submitted_at=ctx.now,
+    )
+    try:
+        publisher.publish(event)
+    except Exception as e:  # the job exists; a lost announcement is not worth failing the launch for
+        log.warning("could not publish %r: %r", event.detail_type, e)
+
+
+def record(
+    trigger: Trigger,
+    consumer: Consumer,
+    seen: Observation,
+    gate: GateResult,
+    spec: JobSpec | None,
+    submission: str | None,
+    ctx: Context,
+) -> LaunchDecision:
+    b = seen.backlog
+    return LaunchDecision(
+        deployment=ctx.settings.top.deployment,
+        trigger=trigger.kind,
+        origin=trigger.origin,
+        event_id=trigger.event_id,
+        table=consumer.source_table,
+        consumer=consumer.name,
+        task=consumer.task.name,
+        task_version=consumer.task_version,
+        watermark_snapshot_id=b.watermark_snapshot_id if b else None,
+        current_snapshot_id=b.current_snapshot_id if b else None,
+        backlog_rows=b.rows if b else 0,
+        backlog_snapshots=b.snapshots if b else 0,
+        oldest_unprocessed_age_seconds=None if seen.age_seconds is None else round(seen.age_seconds, 3),
+        skipped_rows=b.skipped_rows if b else 0,
+        threshold=consumer.backlog_threshold,
+        max_staleness_seconds=consumer.max_staleness_seconds,
+        active_job=seen.active.name if seen.active else None,
+        decision=gate.decision,
+        reason=gate.reason,
+        over_budget=gate.over_budget,
+        estimate_usd=round(seen.estimate.usd, 4) if seen.estimate else None,
+        backend=ctx.settings.top.backend,
+        job_name=spec.name if spec else None,
+        run_id=spec.run_id if spec else None,
+        gpus=spec.gpus if spec else None,
+        attempt=spec.attempt if spec else None,
+        submission=submission,
+        decided_at=ctx.now,
+    )

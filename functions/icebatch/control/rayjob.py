@@ -1,0 +1,200 @@
+"""KubeRay RayJob manifests as plain dicts built by pure functions (testable offline).
+
+- **Name**: ``ib-<consumer>-<hash>-a<attempt>``, the hash of the deployment, the consumer, its task
+  version and the watermark the job starts from. Every launch that starts from the same watermark picks
+  the same name, even if it saw a newer snapshot, so concurrent launches collide on 409 AlreadyExists
+  instead of racing; two deployments in one namespace never share a name. A failed attempt does not
+  block the range: the next launch uses ``a<n+1>``, up to ``ICEBATCH_MAX_ATTEMPTS``.
+- **Size**: the GPU worker group's replicas = the job's engine concurrency (``icebatch.core.estimate``).
+- **Lifetime**: ``shutdownAfterJobFinishes`` with a short ``ttlSecondsAfterFinished`` (60 s, not the seed's
+  1200), an ``activeDeadlineSeconds`` and a ``backoffLimit``.
+- **Environment**: the job's settings (``Settings.job_environment``) and its consumer, task included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from icebatch.core.consumers import Consumer
+from icebatch.core.settings import Settings
+
+API_VERSION = "ray.io/v1"
+GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
+RAY_VERSION = "2.60.0"
+LABEL = "icebatch.io"
+MAX_NAME = 47
+METRICS_PORT = 8080  # Ray's Prometheus endpoint (vLLM engine metrics included); jobimage/k8s/podmonitor.yaml
+POD_HOME = "/tmp/icebatch"  # the workers' NVMe-backed emptyDir (the model is downloaded there)
+
+
+def range_tag(deployment: str, consumer: str, task_version: int, watermark: int | None) -> str:
+    """A short, DNS-safe stand-in for where a job starts (the same for every launch from there)."""
+    start = "init" if watermark is None else str(watermark)
+    return hashlib.sha256(f"{deployment}/{consumer}/v{task_version}/{start}".encode()).hexdigest()[:10]
+
+
+def job_name(consumer: str, tag: str, attempt: int) -> str:
+    """``ib-triage-3fa9c2d1e0-a1``."""
+    name = f"ib-{consumer}-{tag}-a{attempt}"
+    if len(name) > MAX_NAME:  # consumer is at most 20 characters, so this cannot happen; keep the bound
+        raise ValueError(f"RayJob name {name!r} is longer than {MAX_NAME} characters")
+    return name
+
+
+def labels(deployment: str, consumer: str, tag: str, attempt: int | None = None) -> dict[str, str]:
+    out = {
+        "app.kubernetes.io/name": "icebatch",
+        "app.kubernetes.io/component": "job",
+        f"{LABEL}/deployment": deployment,
+        f"{LABEL}/consumer": consumer,
+        f"{LABEL}/from": tag,
+    }
+    if attempt is not None:
+        out[f"{LABEL}/attempt"] = str(attempt)
+    return out
+
+
+def deployment_selector(deployment: str) -> str:
+    return f"app.kubernetes.io/name=icebatch,{LABEL}/deployment={deployment}"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What one launch asks for: the pinned range, its consumer and its size."""
+
+    name: str
+    run_id: str
+    deployment: str
+    consumer: Consumer
+    tag: str
+    from_snapshot: int | None
+    to_snapshot: int
+    backlog_rows: int
+    gpus: int
+    attempt: int
+    trigger: str
+
+    def entrypoint(self) -> list[str]:
+        return [
+            "python", "-m", "icebatch_job", "run",
+            "--run-id", self.run_id,
+            "--from-snapshot", "none" if self.from_snapshot is None else str(self.from_snapshot),
+            "--to-snapshot", str(self.to_snapshot),
+            "--rayjob-name", self.name,
+        ]  # fmt: skip
+
+
+def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dict[str, str]]:
+    """The environment of the job's containers: its settings and its consumer."""
+    env = settings.job_environment(home=home, concurrency=spec.gpus, job_consumer=spec.consumer.to_json())
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def _head(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0", "metrics-export-port": str(METRICS_PORT)},
+        "template": {
+            "metadata": {"labels": labels(spec.deployment, spec.consumer.name, spec.tag)},
+            "spec": {
+                "serviceAccountName": settings.kubernetes.service_account,
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "ray-head",
+                        "image": settings.kubernetes.job_image,
+                        "env": env,
+                        "resources": {
+                            "requests": {"cpu": "1", "memory": "4Gi"},
+                            "limits": {"cpu": "2", "memory": "8Gi"},
+                        },
+                        "ports": [
+                            {"containerPort": 6379, "name": "gcs"},
+                            {"containerPort": 8265, "name": "dashboard"},
+                            {"containerPort": 10001, "name": "client"},
+                            {"containerPort": METRICS_PORT, "name": "metrics"},
+                        ],
+                    }
+                ],
+            },
+        },
+    }
+
+
+def _gpu_affinity(types: list[str]) -> dict[str, Any]:
+    expression = {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types}
+    terms = [{"matchExpressions": [expression]}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def _worker(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dict[str, Any]:
+    cluster = settings.cluster
+    container = {
+        "name": "ray-worker",
+        "image": settings.kubernetes.job_image,
+        "env": env,
+        "resources": {
+            "requests": {"cpu": cluster.worker_cpu, "memory": cluster.worker_memory, "nvidia.com/gpu": "1"},
+            "limits": {"memory": cluster.worker_memory, "nvidia.com/gpu": "1"},
+        },
+        "ports": [{"containerPort": METRICS_PORT, "name": "metrics"}],
+        "volumeMounts": [{"name": "model-cache", "mountPath": POD_HOME}],
+    }
+    return {
+        "groupName": "gpu",
+        "replicas": spec.gpus,
+        "minReplicas": spec.gpus,
+        "maxReplicas": spec.gpus,
+        "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
+        "template": {
+            "metadata": {"labels": labels(spec.deployment, spec.consumer.name, spec.tag)},
+            "spec": {
+                "serviceAccountName": settings.kubernetes.service_account,
+                "restartPolicy": "Never",
+                "nodeSelector": {"karpenter.sh/nodepool": cluster.gpu_node_pool},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "affinity": _gpu_affinity(cluster.hosting_instance_types),
+                "containers": [container],
+                "volumes": [{"name": "model-cache", "emptyDir": {}}],
+            },
+        },
+    }
+
+
+def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
+    """The RayJob for one launch (validated against the KubeRay v1.6.1 and v1.7.0 CRDs in the tests)."""
+    env = job_env(settings, spec)
+    annotations = {
+        f"{LABEL}/run-id": spec.run_id,
+        f"{LABEL}/source-table": spec.consumer.source_table,
+        f"{LABEL}/task": f"{spec.consumer.task.name}@v{spec.consumer.task_version}",
+        f"{LABEL}/from-snapshot": "none" if spec.from_snapshot is None else str(spec.from_snapshot),
+        f"{LABEL}/to-snapshot": str(spec.to_snapshot),
+        f"{LABEL}/backlog-rows": str(spec.backlog_rows),
+        f"{LABEL}/trigger": spec.trigger,
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "RayJob",
+        "metadata": {
+            "name": spec.name,
+            "namespace": settings.kubernetes.k8s_namespace,
+            "labels": labels(spec.deployment, spec.consumer.name, spec.tag, spec.attempt),
+            "annotations": annotations,
+        },
+        "spec": {
+            "entrypoint": shlex.join(spec.entrypoint()),
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": settings.cluster.job_ttl_seconds,
+            "activeDeadlineSeconds": settings.kubernetes.job_deadline_seconds,
+            "backoffLimit": settings.kubernetes.job_backoff_limit,
+            "submissionMode": "K8sJobMode",
+            "rayClusterSpec": {
+                "rayVersion": RAY_VERSION,
+                "headGroupSpec": _head(settings, spec, env),
+                "workerGroupSpecs": [_worker(settings, spec, env)],
+            },
+        },
+    }

@@ -1,0 +1,137 @@
+"""Reconciliation: jobs that ended without saying so get reported, and finished jobs do not pile up.
+
+A job that is killed (activeDeadlineSeconds, OOM, a failed submitter pod, a lost node) cannot emit its
+own "Batch Job Failed". On every nightly schedule the launcher lists the deployment's jobs and, for each
+terminal job not yet marked ``icebatch.io/reported``:
+
+- failed and its run id is not in the ledger -> emit "Batch Job Failed" (``origin: reconciler``);
+- then mark it reported (an annotation), so the next night does not report it again.
+
+The reporter is idempotent per run, so a job that did report its own failure is not reported twice.
+Reported jobs that finished more than ``ICEBATCH_FINISHED_JOB_RETENTION_SECONDS`` ago are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from icebatch.control.backends import JobBackend
+from icebatch.control.jobs import JobState
+from icebatch.control.rayjob import LABEL
+from icebatch.core.bus import EventPublisher
+from icebatch.core.consumers import Consumer
+from icebatch.core.events import BatchJobFailed, SnapshotRange
+from icebatch.core.ledger import ResultsLedger
+from icebatch.core.settings import Settings
+
+log = logging.getLogger(__name__)
+REPORTED = f"{LABEL}/reported"
+REPORTED_AT = f"{LABEL}/reported-at"
+
+
+@dataclass
+class ReconcileSummary:
+    reported_failures: list[str] = field(default_factory=list)
+    marked: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"reported_failures": self.reported_failures, "marked": self.marked, "deleted": self.deleted}
+
+
+def _time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _snapshot(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "", "none") else None
+    except ValueError:
+        return None
+
+
+def failure_event(job: JobState, consumer: Consumer, settings: Settings, now: datetime) -> BatchJobFailed:
+    to_snapshot = _snapshot(job.annotations.get(f"{LABEL}/to-snapshot"))
+    return BatchJobFailed(
+        deployment=settings.top.deployment,
+        run_id=job.annotations.get(f"{LABEL}/run-id"),
+        consumer=consumer.name,
+        task=consumer.task.name,
+        task_version=consumer.task_version,
+        source_table=job.annotations.get(f"{LABEL}/source-table", consumer.source_table),
+        range=SnapshotRange(
+            from_exclusive=_snapshot(job.annotations.get(f"{LABEL}/from-snapshot")), to_inclusive=to_snapshot
+        )
+        if to_snapshot is not None
+        else None,
+        reason=f"RayJob {job.name} ended {job.failure_reason} without reporting"[:2000],
+        error_type=(job.reason or job.job_status or "RayJobFailed")[:128],
+        stage="cluster",
+        retryable=True,
+        origin="reconciler",
+        rayjob_name=job.name,
+        started_at=_time(job.start_time),
+        failed_at=_time(job.end_time) or now,
+    )
+
+
+@dataclass
+class Reconciler:
+    settings: Settings
+    consumers: dict[str, Consumer]
+    catalog: Any
+    backend: JobBackend
+    publisher: EventPublisher
+    now: datetime
+    summary: ReconcileSummary = field(default_factory=ReconcileSummary)
+
+    def run(self) -> ReconcileSummary:
+        for job in self.backend.list_jobs(self.settings.top.deployment):
+            if not job.terminal:
+                continue
+            if job.annotations.get(REPORTED) != "true":
+                self.report_once(job)
+            elif self.expired(job):
+                self.backend.delete(job.name)
+                self.summary.deleted.append(job.name)
+        if self.summary.reported_failures or self.summary.deleted:
+            log.info("reconciled: %s", self.summary.to_dict())
+        return self.summary
+
+    def report_once(self, job: JobState) -> None:
+        consumer = self.consumers.get(job.consumer or "")
+        run_id = job.annotations.get(f"{LABEL}/run-id")
+        if consumer is None:
+            log.warning("job %s belongs to consumer %r, no longer declared: not reported", job.name, job.consumer)
+        elif job.failed and (run_id is None or ResultsLedger(self.catalog, consumer).find_run(run_id) is None):
+            self.publisher.publish(failure_event(job, consumer, self.settings, self.now))
+            self.summary.reported_failures.append(job.name)
+        self.backend.annotate(job.name, {REPORTED: "true", REPORTED_AT: self.now.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        self.summary.marked.append(job.name)
+
+    def expired(self, job: JobState) -> bool:
+        ended = _time(job.end_time) or _time(job.annotations.get(REPORTED_AT))
+        retention = self.settings.launch.finished_job_retention_seconds
+        return ended is not None and (self.now - ended).total_seconds() > retention
+
+
+def reconcile(
+    settings: Settings,
+    consumers: list[Consumer],
+    *,
+    catalog: Any,
+    backend: JobBackend,
+    publisher: EventPublisher,
+    now: datetime | None = None,
+) -> ReconcileSummary:
+    """Report the deployment's jobs that ended silently (once), and delete old reported ones."""
+    by_name = {c.name: c for c in consumers}
+    return Reconciler(settings, by_name, catalog, backend, publisher, now or datetime.now(UTC)).run()

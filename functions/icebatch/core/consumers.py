@@ -1,0 +1,181 @@
+"""The consumers of a table: each an LLM task with its own results table, watermark, policy and budget.
+
+A deployment declares them in a small YAML file (``ICEBATCH_CONSUMERS_FILE``, default
+``functions/consumers/consumers.yaml``, bundled with the functions)::
+
+    consumers:
+      - name: triage
+        task: tasks/triage.json          # relative to the consumers file
+        backlog_threshold: 100
+        budget: {max_usd_per_run: 25.0}
+
+The launcher evaluates every consumer of the table that changed. A job runs for one consumer, whose
+resolved declaration — the task spec included — the launcher hands it (``ICEBATCH_JOB_CONSUMER``), so
+the job runs exactly the task version the launcher estimated, without a file of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from icebatch.core.errors import ConfigError, TaskSpecError
+from icebatch.core.settings import Settings, table_identifier
+from icebatch.core.task import TaskSpec, load_task
+
+CONSUMER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+DEFAULT_CONSUMERS_FILE = Path(__file__).resolve().parents[2] / "consumers" / "consumers.yaml"
+MAX_CONSUMERS = 50
+
+
+class Budget(BaseModel):
+    """Spending limits of a consumer, in USD (the cost model's GPU lifetime figure)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    max_usd_per_run: float | None = Field(default=None, gt=0, description="Refuse a run estimated above this.")
+    max_usd_per_day: float | None = Field(
+        default=None, gt=0, description="Refuse a run that would take today's (UTC) spend above this."
+    )
+
+
+class _Entry(BaseModel):
+    """One consumer as written in the consumers file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    name: str
+    task: str = Field(description="Task spec file, relative to the consumers file.")
+    source_table: str | None = None
+    results_table: str | None = None
+    backlog_threshold: int = Field(default=100, ge=1)
+    max_staleness_seconds: int = Field(default=6 * 3600, ge=0)
+    max_gpus: int = Field(default=4, ge=1, le=64)
+    model: str | None = Field(default=None, max_length=1024)
+    budget: Budget | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not CONSUMER_NAME.match(value):
+            raise ValueError(
+                f"{value[:40]!r} must start with a letter and use lower case, digits and '-' (at most 20): it "
+                "becomes part of Kubernetes names and table names"
+            )
+        return value
+
+
+class Consumer(BaseModel):
+    """A consumer, resolved: its task loaded, its tables named."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    task: TaskSpec
+    source_table: str
+    results_table: str
+    backlog_threshold: int = 100
+    max_staleness_seconds: int = 6 * 3600
+    max_gpus: int = 4
+    model: str | None = None
+    budget: Budget | None = None
+
+    @field_validator("source_table", "results_table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        return table_identifier(value)
+
+    @model_validator(mode="after")
+    def _distinct_tables(self) -> Consumer:
+        if self.results_table.lower() == self.source_table.lower():
+            raise ValueError("the results table cannot be the source table (the source stays read-only)")
+        return self
+
+    @property
+    def task_version(self) -> int:
+        return self.task.version
+
+    def model_source(self, settings: Settings) -> str | None:
+        """The consumer's model, else the deployment's default (None: the tiny local model)."""
+        return self.model or settings.engine.model_source
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+
+def results_table_for(source_table: str, consumer: str) -> str:
+    namespace, name = source_table.split(".")
+    return f"{namespace}.{name}_{consumer.replace('-', '_')}_results"
+
+
+def load_consumers(settings: Settings) -> list[Consumer]:
+    """The deployment's consumers (or, inside a job, the one consumer the launcher handed it)."""
+    if settings.top.job_consumer:
+        try:
+            return [Consumer.model_validate_json(settings.top.job_consumer)]
+        except ValidationError as e:
+            raise ConfigError(f"ICEBATCH_JOB_CONSUMER is not a consumer: {_first(e)}") from e
+    return read_consumers_file(settings.launch.consumers_file or DEFAULT_CONSUMERS_FILE, settings)
+
+
+def read_consumers_file(path: Path, settings: Settings) -> list[Consumer]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"consumers file {path} does not exist (ICEBATCH_CONSUMERS_FILE)") from e
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"consumers file {path} is not YAML: {str(e)[:200]}") from e
+    entries = data.get("consumers") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries or len(entries) > MAX_CONSUMERS:
+        raise ConfigError(f"consumers file {path} needs a `consumers:` list of 1 to {MAX_CONSUMERS} entries")
+    consumers = [_resolve(path, i, raw, settings) for i, raw in enumerate(entries)]
+    for attribute in ("name", "results_table"):
+        values = [getattr(c, attribute) for c in consumers]
+        duplicates = sorted({v for v in values if values.count(v) > 1})
+        if duplicates:
+            raise ConfigError(f"consumers file {path}: two consumers share the {attribute} {duplicates[0]!r}")
+    return consumers
+
+
+def _resolve(path: Path, index: int, raw: Any, settings: Settings) -> Consumer:
+    where = f"consumers file {path}, entry {index + 1}"
+    try:
+        entry = _Entry.model_validate(raw)
+        task = load_task(path.parent / entry.task)
+        source = entry.source_table or settings.catalog.source_table
+        return Consumer(
+            name=entry.name,
+            task=task,
+            source_table=source,
+            results_table=entry.results_table or results_table_for(source, entry.name),
+            backlog_threshold=entry.backlog_threshold,
+            max_staleness_seconds=entry.max_staleness_seconds,
+            max_gpus=entry.max_gpus,
+            model=entry.model,
+            budget=entry.budget,
+        )
+    except ValidationError as e:
+        raise ConfigError(f"{where}: {_first(e)}") from e
+    except (ConfigError, TaskSpecError) as e:
+        raise ConfigError(f"{where}: {e}") from e
+
+
+def consumer_named(consumers: list[Consumer], name: str | None) -> Consumer:
+    """The consumer called ``name`` (the only one when ``name`` is None and there is one)."""
+    if name is None:
+        if len(consumers) == 1:
+            return consumers[0]
+        raise ConfigError(f"more than one consumer ({', '.join(c.name for c in consumers)}): name one with --consumer")
+    for consumer in consumers:
+        if consumer.name == name:
+            return consumer
+    known = ", ".join(c.name for c in consumers)
+    raise ConfigError(f"no consumer named {name[:40]!r} (known: {known})")
+
+
+def _first(e: ValidationError) -> str:
+    item = e.errors()[0]
+    where = ".".join(str(p) for p in item["loc"]) or "value"
+    return f"{where}: {item['msg']}"

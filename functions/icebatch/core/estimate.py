@@ -1,0 +1,128 @@
+"""What a run will cost, before it runs: the launcher's budget check and ``icebatch estimate``.
+
+From metadata and the ledger only (the launcher never reads data files):
+
+- **rows**: the backlog (or a backfill's whole range);
+- **tokens per row**: measured by the consumer's last committed runs of the same task version; without
+  such history, a prior from the task: its prompt at ~4 characters a token plus ``PRIOR_TEXT_TOKENS`` of
+  row text in, ``max_tokens`` out (the schema's bound: an upper estimate);
+- **GPU-hours**: rows at ``ICEBATCH_ROWS_PER_GPU_HOUR`` per GPU, plus each GPU's fixed share — engine
+  start-up (``STARTUP_SECONDS``) and the idle tail (``ttlSecondsAfterFinished`` + ``consolidateAfter``);
+- **$**: GPU-hours at the billing rate (``Settings.billing``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from icebatch.core.consumers import Consumer
+from icebatch.core.costs import CostInputs, cost_breakdown
+from icebatch.core.ledger.summary import Key, RunRecord
+from icebatch.core.settings import Settings
+
+CHARS_PER_TOKEN = 4
+PRIOR_TEXT_TOKENS = 250  # a support ticket's subject and body, about 1,000 characters
+STARTUP_SECONDS = 180  # node, image, model load and engine start of one GPU worker (a GPU figure)
+HISTORY_RUNS = 5
+
+
+@dataclass(frozen=True)
+class Estimate:
+    consumer: str
+    task_version: int
+    rows: int
+    input_tokens: int
+    output_tokens: int
+    gpus: int
+    gpu_hours: float
+    usd: float
+    usd_per_hour: float
+    instance_type: str | None
+    basis: str  # where the tokens per row come from
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "consumer": self.consumer,
+            "task_version": self.task_version,
+            "rows": self.rows,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "gpus": self.gpus,
+            "gpu_hours": round(self.gpu_hours, 4),
+            "usd": round(self.usd, 4),
+            "usd_per_hour": self.usd_per_hour,
+            "instance_type": self.instance_type,
+            "basis": self.basis,
+        }
+
+
+def gpus_for(rows: int, consumer: Consumer, settings: Settings) -> int:
+    """GPUs needed to drain ``rows`` in about ``target_job_hours``, within [1, the consumer's max_gpus]."""
+    per_gpu = settings.launch.rows_per_gpu_hour * settings.launch.target_job_hours
+    return max(1, min(consumer.max_gpus, math.ceil(rows / per_gpu)))
+
+
+def tokens_per_row(consumer: Consumer, runs: Sequence[RunRecord]) -> tuple[float, float, str]:
+    """(input, output) tokens per row, and the basis: measured history, else the task's prior."""
+    done = [r for r in runs if r.task_version == consumer.task_version and not r.is_reset and r.number(Key.ROWS) > 0][
+        :HISTORY_RUNS
+    ]
+    rows = sum(r.number(Key.ROWS) for r in done)
+    if rows:
+        tin = sum(r.number(Key.INPUT_TOKENS) for r in done) / rows
+        tout = sum(r.number(Key.OUTPUT_TOKENS) for r in done) / rows
+        return tin, tout, f"measured over the last {len(done)} run(s), {int(rows):,} rows"
+    task = consumer.task
+    prompt = (len(task.system_prompt) + len(task.user_template)) / CHARS_PER_TOKEN
+    return prompt + PRIOR_TEXT_TOKENS, float(task.max_tokens), "task prior (no run of this task version yet)"
+
+
+def estimate_run(rows: int, consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> Estimate:
+    billing = settings.billing()
+    tin, tout, basis = tokens_per_row(consumer, runs)
+    gpus = gpus_for(rows, consumer, settings)
+    tail = settings.cluster.job_ttl_seconds + settings.cluster.karpenter_consolidate_seconds
+    engine_hours = rows / settings.launch.rows_per_gpu_hour
+    gpu_hours = engine_hours + gpus * (STARTUP_SECONDS + tail) / 3600 if rows else 0.0
+    return Estimate(
+        consumer=consumer.name,
+        task_version=consumer.task_version,
+        rows=rows,
+        input_tokens=round(tin * rows),
+        output_tokens=round(tout * rows),
+        gpus=gpus,
+        gpu_hours=gpu_hours,
+        usd=gpu_hours * billing.usd_per_hour,
+        usd_per_hour=billing.usd_per_hour,
+        instance_type=billing.instance_type,
+        basis=basis,
+    )
+
+
+def spent_on(day: datetime, runs: Sequence[RunRecord], settings: Settings) -> float:
+    """What the runs committed on ``day`` (UTC) cost, GPU lifetime included (the reports' figure)."""
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000
+    billing = settings.billing()
+    total = 0.0
+    for run in runs:
+        if run.is_reset or not start <= run.committed_at_ms < start + 86_400_000:
+            continue
+        t = run.totals(billing)
+        rate = t.billing.usd_per_hour if t.billing else billing.usd_per_hour
+        total += cost_breakdown(
+            CostInputs(
+                rows=t.rows,
+                input_tokens=t.input_tokens,
+                output_tokens=t.output_tokens,
+                engine_seconds=t.engine_seconds,
+                job_seconds=t.job_seconds,
+                gpus=t.gpus,
+                hourly_rate=rate,
+                ttl_seconds=settings.cluster.job_ttl_seconds,
+                consolidate_seconds=settings.cluster.karpenter_consolidate_seconds,
+            )
+        ).lifetime_cost
+    return total

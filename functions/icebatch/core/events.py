@@ -1,0 +1,197 @@
+"""Event contracts between the launcher, the job and the reporter (EventBridge source ``icebatch``).
+
+The JSON Schemas in ``eventbridge/schemas/`` are generated from these models
+(``icebatch contracts write``) and a test keeps them in step. Readers are tolerant (unknown fields are
+ignored) so that adding a field is a compatible change; removing or retyping one is not, and the schema
+test catches it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from icebatch.core.costs import CostBreakdown
+
+if TYPE_CHECKING:
+    from icebatch.core.ledger import RunPlan, RunTotals
+
+EVENT_SOURCE = "icebatch"
+SCHEMA_VERSION = 1
+
+
+class _Detail(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    detail_type: ClassVar[str]
+    schema_version: Literal[1] = Field(default=1, description="Bumped on incompatible changes")
+    deployment: str = Field(
+        default="local",
+        max_length=64,
+        pattern=r"^[A-Za-z][A-Za-z0-9-]*$",
+        description="The deployment (stack) that sent it: each deployment's rules take only its own events",
+    )
+
+
+class SnapshotRange(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    from_exclusive: int | None = Field(description="Watermark the run started from (None: beginning)")
+    to_inclusive: int = Field(description="Last source snapshot included (the new watermark)")
+
+
+class TokenCounts(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    input: int = Field(ge=0)
+    output: int = Field(ge=0)
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output
+
+
+class BatchJobSubmitted(_Detail):
+    """The launcher created a job (RayJob or local)."""
+
+    detail_type: ClassVar[str] = "Batch Job Submitted"
+    job_name: str
+    consumer: str
+    source_table: str
+    range: SnapshotRange
+    backlog_rows: int = Field(ge=0)
+    gpus: int = Field(ge=0)
+    backend: Literal["local", "kuberay"]
+    trigger: str
+    submitted_at: AwareDatetime
+
+
+class BatchJobCompleted(_Detail):
+    """A run committed its results and its new watermark."""
+
+    detail_type: ClassVar[str] = "Batch Job Completed"
+    run_id: str
+    consumer: str
+    task: str | None = Field(default=None, description="Task name of the consumer (null in older events)")
+    task_version: int | None = Field(default=None, ge=1, description="Task version the rows were labelled with")
+    source_table: str
+    results_table: str
+    range: SnapshotRange
+    rows: int = Field(ge=0)
+    rows_ok: int = Field(ge=0)
+    rows_error: int = Field(ge=0, description="invalid_output + inference_error rows (kept, not dropped)")
+    rows_by_status: dict[str, int]
+    rows_truncated: int = Field(default=0, ge=0)
+    labels: dict[str, dict[str, int]] = Field(description="Label breakdown per enum output field")
+    tokens: TokenCounts
+    engine_seconds: float = Field(ge=0, description="Wall time of the streaming LLM stage (GPU held)")
+    first_result_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="Part of engine_seconds before the first result: mostly engine start-up",
+    )
+    engine_startup_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Part of engine_seconds before the first token: the first result's arrival less the engine "
+        "time of its batch (null in events from before it was measured)",
+    )
+    job_seconds: float = Field(ge=0)
+    device: str
+    model: str
+    cost: CostBreakdown
+    results_location: str = Field(description="`<table>@<ledger snapshot id>`")
+    ledger_snapshot_id: int
+    rayjob_name: str | None = None
+    started_at: AwareDatetime
+    finished_at: AwareDatetime
+
+
+class BatchJobFailed(_Detail):
+    """A run ended without committing (or a job died without saying so: found by reconciliation)."""
+
+    detail_type: ClassVar[str] = "Batch Job Failed"
+    run_id: str | None = None
+    consumer: str
+    task: str | None = None
+    task_version: int | None = Field(default=None, ge=1)
+    source_table: str
+    range: SnapshotRange | None = None
+    reason: str
+    error_type: str
+    stage: Literal["plan", "start", "inference", "write", "commit", "cluster", "unknown"] = "unknown"
+    retryable: bool = Field(description="The range stays pending; the next trigger processes it again")
+    origin: Literal["job", "reconciler"] = "job"
+    rows_processed: int = Field(default=0, ge=0)
+    tokens: TokenCounts | None = None
+    engine_seconds: float = Field(default=0.0, ge=0)
+    job_seconds: float | None = None
+    cost: CostBreakdown | None = None
+    rayjob_name: str | None = None
+    started_at: AwareDatetime | None = None
+    failed_at: AwareDatetime
+
+
+DETAIL_MODELS: dict[str, type[_Detail]] = {
+    m.detail_type: m for m in (BatchJobSubmitted, BatchJobCompleted, BatchJobFailed)
+}
+
+
+def envelope(
+    detail: _Detail, *, event_id: str, time: datetime, region: str = "local", account: str = "000000000000"
+) -> dict[str, Any]:
+    """The EventBridge event that carries ``detail`` (what a rule target receives)."""
+    return {
+        "version": "0",
+        "id": event_id,
+        "detail-type": detail.detail_type,
+        "source": EVENT_SOURCE,
+        "account": account,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [],
+        "detail": detail.model_dump(mode="json"),
+    }
+
+
+def completed_event(
+    plan: RunPlan,
+    totals: RunTotals,
+    *,
+    deployment: str,
+    rows_by_status: dict[str, int],
+    labels: dict[str, dict[str, int]],
+    cost: CostBreakdown,
+    ledger_snapshot_id: int,
+    finished_at: datetime,
+) -> BatchJobCompleted:
+    """The one way a "Batch Job Completed" is made: by the job at its commit, and rebuilt from the ledger."""
+    started = datetime.fromisoformat(totals.started_at) if totals.started_at else finished_at
+    return BatchJobCompleted(
+        deployment=deployment,
+        run_id=plan.run_id,
+        consumer=plan.consumer,
+        task=plan.task,
+        task_version=plan.task_version,
+        source_table=plan.source_table,
+        results_table=plan.results_table,
+        range=SnapshotRange(from_exclusive=plan.from_snapshot_exclusive, to_inclusive=plan.to_snapshot_inclusive),
+        rows=totals.rows,
+        rows_ok=totals.rows_ok,
+        rows_error=totals.rows_error,
+        rows_by_status=rows_by_status,
+        rows_truncated=totals.rows_truncated,
+        labels=labels,
+        tokens=TokenCounts(input=totals.input_tokens, output=totals.output_tokens),
+        engine_seconds=totals.engine_seconds,
+        first_result_seconds=totals.first_result_seconds,
+        engine_startup_seconds=totals.engine_startup_seconds,
+        job_seconds=totals.job_seconds,
+        device=totals.device,
+        model=totals.model,
+        cost=cost,
+        results_location=f"{plan.results_table}@{ledger_snapshot_id}",
+        ledger_snapshot_id=ledger_snapshot_id,
+        rayjob_name=totals.rayjob_name or None,
+        started_at=started,
+        finished_at=finished_at,
+    )

@@ -1,0 +1,201 @@
+"""The backlog: what is new for a consumer since its watermark, from the source table's metadata only.
+
+What each snapshot operation means for the backlog:
+
+- ``append``: its rows are new (``added-records`` from the summary; the manifest list when a writer
+  left the summary incomplete). Data files are never opened.
+- ``replace`` (compaction) and ``delete``: add no new rows; skipped.
+- ``overwrite`` (MERGE/UPDATE, dynamic partition overwrite): its added rows are *not* processed (the
+  incremental scan, like Spark's, reads appends only); they are counted in ``Backlog.skipped_rows`` and
+  reported so that nobody mistakes them for done.
+
+If the watermark is no longer in the history of the source table's current snapshot (rolled back, or
+expired together with all its descendants' parents), the backlog cannot be computed safely: a
+``WatermarkError`` says so and names the fix (``icebatch ledger reset``), instead of silently
+reprocessing or skipping rows. A watermark snapshot that was merely expired is fine as long as it is the
+parent of a snapshot that still exists.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from icebatch.core.errors import WatermarkError
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
+
+
+@dataclass(frozen=True)
+class SkippedSnapshot:
+    snapshot_id: int
+    operation: str
+    added_rows: int
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """How much is new for a consumer, from metadata only."""
+
+    source_table: str
+    consumer: str
+    watermark_snapshot_id: int | None
+    current_snapshot_id: int | None
+    rows: int
+    snapshots: int  # append snapshots waiting
+    oldest_pending_commit_ms: int | None  # commit time of the oldest waiting append snapshot
+    skipped: tuple[SkippedSnapshot, ...] = ()
+    pending_snapshot_ids: tuple[int, ...] = ()  # oldest first
+    pending_rows: tuple[int, ...] = ()  # rows per pending snapshot, same order
+    scan_from_exclusive: int | None = None  # where an incremental scan of the pending range starts
+
+    @property
+    def skipped_rows(self) -> int:
+        return sum(s.added_rows for s in self.skipped)
+
+    def oldest_pending_age_seconds(self, now_ms: int | None = None) -> float | None:
+        """How long the oldest waiting row has been in the table (None when nothing waits)."""
+        if self.oldest_pending_commit_ms is None:
+            return None
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return max(0.0, (now - self.oldest_pending_commit_ms) / 1000)
+
+    def to_dict(self, now_ms: int | None = None) -> dict[str, Any]:
+        age = self.oldest_pending_age_seconds(now_ms)
+        return {
+            "source_table": self.source_table,
+            "consumer": self.consumer,
+            "watermark_snapshot_id": self.watermark_snapshot_id,
+            "current_snapshot_id": self.current_snapshot_id,
+            "backlog_rows": self.rows,
+            "backlog_snapshots": self.snapshots,
+            "oldest_unprocessed_age_seconds": None if age is None else round(age, 3),
+            "skipped_rows": self.skipped_rows,
+            "skipped_snapshots": [asdict(s) for s in self.skipped],
+        }
+
+
+def added_rows(snap: Snapshot, io: FileIO) -> int:
+    """Rows added by a snapshot: its summary, else its manifest list (never data files)."""
+    summary = snap.summary
+    added = summary.get("added-records") if summary is not None else None
+    if added is not None:
+        return int(added)
+    from pyiceberg.manifest import ManifestContent
+
+    return sum(
+        m.added_rows_count or 0
+        for m in snap.manifests(io)
+        if m.content == ManifestContent.DATA and m.added_snapshot_id == snap.snapshot_id
+    )
+
+
+_RESET_FIX = "Fix: `icebatch ledger reset --to-snapshot <id>` chooses where to resume"
+
+
+def _pending_snapshots(
+    meta: TableMetadata, watermark: int | None, watermark_seq: int | None, upto: int | None
+) -> list[Snapshot]:
+    """Snapshots after the watermark up to ``upto`` (default: current), oldest first.
+
+    The watermark is found in the ancestry of ``upto``. If it was expired, the ancestry is cut by its
+    sequence number instead (recorded in the ledger; sequence numbers only grow), provided the oldest
+    remaining snapshot directly follows it: otherwise snapshots after the watermark were expired before
+    being processed and their rows can no longer be told apart.
+    """
+    from pyiceberg.table.snapshots import ancestors_of
+
+    end = meta.snapshot_by_id(upto) if upto is not None else meta.current_snapshot()
+    if upto is not None and end is None:
+        raise WatermarkError(f"snapshot {upto} is not in the source table's metadata (expired?)")
+    if end is None:
+        return []
+    ancestry = list(ancestors_of(end, meta))  # newest first
+    if watermark is None:
+        return ancestry[::-1]
+    ids = [s.snapshot_id for s in ancestry]
+    if watermark in ids:
+        return ancestry[: ids.index(watermark)][::-1]
+    if meta.snapshot_by_id(watermark) is not None:
+        raise WatermarkError(
+            f"the last processed snapshot {watermark} is not in the history of snapshot {end.snapshot_id}: "
+            f"the source table was rolled back past it. {_RESET_FIX}"
+        )
+    if watermark_seq is None or meta.format_version < 2:
+        raise WatermarkError(
+            f"the last processed snapshot {watermark} was expired and the ledger holds no sequence number "
+            f"to continue from. {_RESET_FIX}"
+        )
+    pending = [s for s in ancestry if (s.sequence_number or 0) > watermark_seq][::-1]
+    kept = [s for s in ancestry if (s.sequence_number or 0) <= watermark_seq]
+    if pending and not kept and (pending[0].sequence_number or 0) != watermark_seq + 1:
+        raise WatermarkError(
+            f"snapshots between the last processed snapshot {watermark} (sequence {watermark_seq}) and "
+            f"{pending[0].snapshot_id} (sequence {pending[0].sequence_number}) were expired before they "
+            f"were processed; their rows cannot be told apart any more. {_RESET_FIX}"
+        )
+    return pending
+
+
+def compute_backlog(
+    source_meta: TableMetadata,
+    io: FileIO,
+    *,
+    source_table: str,
+    consumer: str,
+    watermark: int | None,
+    watermark_seq: int | None = None,
+    upto: int | None = None,
+) -> Backlog:
+    """Rows appended after ``watermark`` (exclusive) up to ``upto`` (inclusive, default: current)."""
+    from pyiceberg.table.snapshots import Operation
+
+    pending = _pending_snapshots(source_meta, watermark, watermark_seq, upto)
+    rows = 0
+    ids: list[int] = []
+    per: list[int] = []
+    oldest: int | None = None
+    skipped: list[SkippedSnapshot] = []
+    for snap in pending:
+        op = snap.summary.operation if snap.summary is not None else Operation.APPEND
+        if op == Operation.APPEND:
+            added = added_rows(snap, io)
+            rows += added
+            ids.append(snap.snapshot_id)
+            per.append(added)
+            if oldest is None and added > 0:
+                oldest = snap.timestamp_ms
+        elif op == Operation.OVERWRITE:
+            skipped.append(SkippedSnapshot(snap.snapshot_id, op.value, added_rows(snap, io)))
+    current = pending[-1].snapshot_id if pending else (upto if upto is not None else source_meta.current_snapshot_id)
+    return Backlog(
+        scan_from_exclusive=pending[0].parent_snapshot_id if pending else watermark,
+        source_table=source_table,
+        consumer=consumer,
+        watermark_snapshot_id=watermark,
+        current_snapshot_id=current,
+        rows=rows,
+        snapshots=len(ids),
+        oldest_pending_commit_ms=oldest,
+        skipped=tuple(skipped),
+        pending_snapshot_ids=tuple(ids),
+        pending_rows=tuple(per),
+    )
+
+
+def pin_range_end(backlog: Backlog, max_rows: int | None) -> tuple[int | None, int]:
+    """The last snapshot to include so that a run takes at most ``max_rows`` (whole snapshots, >= 1)."""
+    if max_rows is None or backlog.rows <= max_rows:
+        return backlog.current_snapshot_id, backlog.rows
+    taken = 0
+    end: int | None = None
+    for sid, n in zip(backlog.pending_snapshot_ids, backlog.pending_rows, strict=True):
+        if end is not None and taken + n > max_rows:
+            break
+        taken += n
+        end = sid
+    return end, taken

@@ -1,0 +1,330 @@
+"""``ResultsLedger``: one consumer's progress over its source table, kept in its results table.
+
+The commit is a compare-and-set on the watermark (see the package docstring): it lands only if the
+ledger still records the watermark the run planned from. pyiceberg's own commit retry is switched off
+for the ledger (it would re-apply the append on top of a competing run's commit); instead a failed
+commit reloads the ledger and either retries (an unrelated change: the watermark is still W), reports
+success (this run id is already there: the outcome of an earlier attempt was only unknown) or reports a
+conflict (someone else moved the watermark: this run's data files are deleted).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal
+
+from icebatch.core.catalog import SOURCE_FIX, load_table, open_catalog, table_exists
+from icebatch.core.errors import CommitOutcomeUnknownError, TableNotFoundError, WatermarkConflictError
+from icebatch.core.ledger.backlog import Backlog, compute_backlog, pin_range_end
+from icebatch.core.ledger.summary import (
+    NO_RETRIES,
+    NONE,
+    Key,
+    RunRecord,
+    RunTotals,
+    Watermark,
+    find_run,
+    list_runs,
+    read_watermark,
+)
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+    from icebatch.core.consumers import Consumer
+    from icebatch.core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A pinned range for one run: rows appended in (from_exclusive, to_inclusive]."""
+
+    run_id: str
+    consumer: str
+    task: str
+    task_version: int
+    source_table: str
+    results_table: str
+    from_snapshot_exclusive: int | None  # the watermark the run started from (the commit's CAS value)
+    to_snapshot_inclusive: int
+    expected_rows: int
+    snapshots: int
+    scan_from_exclusive: int | None = None  # = from_snapshot_exclusive unless that snapshot was expired
+    to_sequence_number: int | None = None
+    planned_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    ledger_snapshot_id: int
+    attempts: int
+    already_committed: bool = False  # an earlier attempt of this run had landed
+
+
+def new_run_id(consumer: str, now: datetime | None = None) -> str:
+    """A sortable, unique run id: ``triage-20261129T073000-3fa9c2``."""
+    ts = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S")
+    return f"{consumer}-{ts}-{secrets.token_hex(3)}"
+
+
+def _snapshot_text(snapshot_id: int | None) -> str:
+    return NONE if snapshot_id is None else str(snapshot_id)
+
+
+class ResultsLedger:
+    """One consumer's progress (for its current task version) over one source table.
+
+    Example::
+
+        ledger = ResultsLedger(catalog, consumer)
+        plan = ledger.plan()                       # None when nothing is new
+        ...                                        # read plan's rows, write data files
+        ledger.commit(plan, data_files, totals)    # results + watermark, one commit
+    """
+
+    def __init__(self, catalog: Catalog, consumer: Consumer) -> None:
+        self.catalog = catalog
+        self.consumer = consumer
+        self.source_table = consumer.source_table
+        self.results_table = consumer.results_table
+
+    # --- reading ---------------------------------------------------------------------------------
+    def source(self) -> Table:
+        return load_table(self.catalog, self.source_table, what="source table", fix=SOURCE_FIX)
+
+    def results(self) -> Table | None:
+        if not table_exists(self.catalog, self.results_table):
+            return None
+        return self.catalog.load_table(self.results_table)
+
+    def watermark(self) -> Watermark:
+        results = self.results()
+        return read_watermark(results.metadata if results else None, self.source_table, self.consumer.task_version)
+
+    def backlog(
+        self, *, upto: int | None = None, source: Table | None = None, watermark: Watermark | None = None
+    ) -> Backlog:
+        """How much is new, from the source table's metadata (no data file is opened)."""
+        source = source or self.source()
+        wm = watermark or self.watermark()
+        return compute_backlog(
+            source.metadata,
+            source.io,
+            source_table=self.source_table,
+            consumer=self.consumer.name,
+            watermark=wm.source_snapshot_id,
+            watermark_seq=wm.source_sequence_number,
+            upto=upto,
+        )
+
+    def plan(
+        self,
+        *,
+        run_id: str | None = None,
+        from_snapshot_exclusive: int | Literal["watermark"] | None = "watermark",
+        to_snapshot_inclusive: int | None = None,
+        max_rows: int | None = None,
+    ) -> RunPlan | None:
+        """Pin the range of one run. None when there is nothing to do.
+
+        The launcher passes the range it saw (``from_snapshot_exclusive``/``to_snapshot_inclusive``);
+        if the watermark has moved since, the range is stale and WatermarkConflictError says so.
+        """
+        wm = self.watermark()
+        if from_snapshot_exclusive != "watermark" and from_snapshot_exclusive != wm.source_snapshot_id:
+            raise WatermarkConflictError(
+                f"the launch expected watermark {from_snapshot_exclusive}, but the ledger is at "
+                f"{wm.source_snapshot_id} (run {wm.run_id}): another run already covered this range"
+            )
+        source = self.source()
+        backlog = self.backlog(upto=to_snapshot_inclusive, source=source, watermark=wm)
+        end, rows = pin_range_end(backlog, max_rows)
+        if end is None or rows == 0:
+            return None  # nothing appended (replace/delete/overwrite snapshots add no work)
+        ids = list(backlog.pending_snapshot_ids)
+        end_snapshot = source.metadata.snapshot_by_id(end)
+        return RunPlan(
+            run_id=run_id or new_run_id(self.consumer.name),
+            consumer=self.consumer.name,
+            task=self.consumer.task.name,
+            task_version=self.consumer.task_version,
+            source_table=self.source_table,
+            results_table=self.results_table,
+            from_snapshot_exclusive=wm.source_snapshot_id,
+            to_snapshot_inclusive=end,
+            expected_rows=rows,
+            snapshots=ids.index(end) + 1 if end in ids else len(ids),
+            scan_from_exclusive=backlog.scan_from_exclusive,
+            to_sequence_number=end_snapshot.sequence_number if end_snapshot else None,
+        )
+
+    def runs(self) -> list[RunRecord]:
+        results = self.results()
+        return list_runs(results.metadata if results else None)
+
+    def find_run(self, run_id: str) -> RunRecord | None:
+        results = self.results()
+        return find_run(results.metadata if results else None, run_id)
+
+    # --- writing ---------------------------------------------------------------------------------
+    def ensure_results_table(self, schema: Schema) -> Table:
+        """Create the results table (or add new columns to it). Turns pyiceberg's commit retry off."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        namespace = self.results_table.split(".")[0]
+        if not self.catalog.namespace_exists(namespace):  # creating an existing one needs glue:CreateDatabase
+            self.catalog.create_namespace_if_not_exists(namespace)
+        props = {**NO_RETRIES, Key.CONSUMER: self.consumer.name, Key.SOURCE_TABLE: self.source_table}
+        # Look before creating: a create writes a metadata file first, which an "already exists" orphans.
+        if table_exists(self.catalog, self.results_table):
+            table = self.catalog.load_table(self.results_table)
+        else:
+            try:
+                table = self.catalog.create_table(self.results_table, schema, properties=props)
+            except TableAlreadyExistsError:  # a concurrent run created it first
+                table = self.catalog.load_table(self.results_table)
+        missing = [f.name for f in schema.fields if table.schema().find_field(f.name, case_sensitive=False) is None]
+        if missing:
+            log.info("adding columns %s to %s", missing, self.results_table)
+            with table.update_schema() as update:
+                update.union_by_name(schema)
+            table = self.catalog.load_table(self.results_table)
+        if table.properties.get("commit.retry.num-retries") != "0":
+            log.warning("turning pyiceberg's automatic commit retry off for %s", self.results_table)
+            with table.transaction() as txn:
+                txn.set_properties(NO_RETRIES)
+            table = self.catalog.load_table(self.results_table)
+        return table
+
+    def _progress(self, plan: RunPlan) -> dict[str, str]:
+        return {
+            Key.WATERMARK: str(plan.to_snapshot_inclusive),
+            Key.SEQUENCE: _snapshot_text(plan.to_sequence_number),
+            Key.FROM_SNAPSHOT: _snapshot_text(plan.from_snapshot_exclusive),
+            Key.SOURCE_TABLE: plan.source_table,
+            Key.CONSUMER: plan.consumer,
+            Key.TASK: plan.task,
+            Key.TASK_VERSION: str(plan.task_version),
+            Key.RUN_ID: plan.run_id,
+        }
+
+    def commit(
+        self, plan: RunPlan, data_files: Sequence[DataFile], totals: RunTotals, *, max_attempts: int = 5
+    ) -> CommitResult:
+        """Append the results and move the watermark W -> T in one commit, iff the watermark is still W.
+
+        Raises WatermarkConflictError when another run moved the watermark first (this run's data files
+        are discarded), CommitOutcomeUnknownError when the catalog kept failing in ways that leave the
+        outcome unknown and looking for the run id did not settle it.
+        """
+        props = {**self._progress(plan), **totals.summary()}
+        last_error: Exception | None = None
+        for attempt in range(1, max_attempts + 1):
+            done, last_error = self._try_commit(plan, data_files, props, totals, attempt)
+            if done is not None:
+                return done
+        landed = self.find_run(plan.run_id)
+        if landed is not None:
+            return CommitResult(landed.ledger_snapshot_id, max_attempts, already_committed=True)
+        raise CommitOutcomeUnknownError(
+            f"could not commit run {plan.run_id} after {max_attempts} attempts (last error: {last_error!r}); "
+            "its range is still pending and will be processed again by the next run"
+        ) from last_error
+
+    def _try_commit(
+        self, plan: RunPlan, data_files: Sequence[DataFile], props: dict[str, str], totals: RunTotals, attempt: int
+    ) -> tuple[CommitResult | None, Exception | None]:
+        """One attempt: (the result, None) when settled, (None, the error) when worth trying again."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        table = self.results()
+        if table is None:
+            raise TableNotFoundError(f"results table {self.results_table!r} disappeared during the run; rerun the job")
+        done = find_run(table.metadata, plan.run_id)
+        if done is not None:  # an earlier attempt landed; only its answer was lost
+            return CommitResult(done.ledger_snapshot_id, attempt, already_committed=True), None
+        current = read_watermark(table.metadata, self.source_table, plan.task_version)
+        if current.source_snapshot_id != plan.from_snapshot_exclusive:
+            self.discard(data_files)
+            raise WatermarkConflictError(
+                f"run {plan.run_id} planned from watermark {plan.from_snapshot_exclusive} but run "
+                f"{current.run_id} moved it to {current.source_snapshot_id} first; this run's "
+                f"{totals.rows} result rows were discarded (they are already covered)"
+            )
+        txn = table.transaction()
+        with txn.update_snapshot(snapshot_properties=props).fast_append() as append:
+            for data_file in data_files:
+                append.append_data_file(data_file)
+        try:
+            txn.commit_transaction()
+        except CommitFailedException as e:  # a stale base: the next attempt re-checks the watermark
+            log.info("ledger commit attempt %d lost a race (%s); re-checking the watermark", attempt, e)
+            return None, e
+        except Exception as e:  # outcome unknown: the catalog may or may not have applied it
+            log.warning("ledger commit attempt %d failed with an unknown outcome: %r", attempt, e)
+            time.sleep(min(0.2 * 2**attempt, 5.0))
+            return None, e
+        landed = self.find_run(plan.run_id)
+        if landed is None:  # pragma: no cover - a catalog that acknowledges and loses a commit
+            raise CommitOutcomeUnknownError(f"commit of run {plan.run_id} acknowledged but not visible")
+        w, t = plan.from_snapshot_exclusive, plan.to_snapshot_inclusive
+        log.info("ledger commit: run %s, watermark %s -> %s, %d rows (ledger snapshot %d)",
+                 plan.run_id, w, t, totals.rows, landed.ledger_snapshot_id)  # fmt: skip
+        return CommitResult(landed.ledger_snapshot_id, attempt), None
+
+    def reset(self, to_snapshot_id: int | None, *, reason: str) -> int:
+        """Record a new watermark (for the current task version) without results: an operator's move."""
+        table = self.results()
+        if table is None:
+            raise TableNotFoundError(
+                f"results table {self.results_table!r} does not exist yet: run the job once (or "
+                "`icebatch job run --limit 1`) before moving its watermark"
+            )
+        target = self.source().metadata.snapshot_by_id(to_snapshot_id) if to_snapshot_id is not None else None
+        plan = RunPlan(
+            run_id=f"reset-{int(time.time())}-{secrets.token_hex(2)}",
+            consumer=self.consumer.name,
+            task=self.consumer.task.name,
+            task_version=self.consumer.task_version,
+            source_table=self.source_table,
+            results_table=self.results_table,
+            from_snapshot_exclusive=None,
+            to_snapshot_inclusive=0,
+            expected_rows=0,
+            snapshots=0,
+            to_sequence_number=target.sequence_number if target is not None else None,
+        )
+        props = {**self._progress(plan), Key.WATERMARK: _snapshot_text(to_snapshot_id), Key.RESET_REASON: reason}
+        txn = table.transaction()
+        with txn.update_snapshot(snapshot_properties=props).fast_append():
+            pass
+        txn.commit_transaction()
+        refreshed = self.results()
+        assert refreshed is not None and refreshed.metadata.current_snapshot_id is not None
+        return refreshed.metadata.current_snapshot_id
+
+    def discard(self, data_files: Sequence[DataFile]) -> None:
+        """Delete data files of a run that will not be committed (best effort: orphans are harmless)."""
+        table = self.results()
+        if table is None:
+            return
+        for f in data_files:
+            try:
+                table.io.delete(f.file_path)
+            except OSError as e:
+                log.warning("could not delete discarded data file %s: %s", f.file_path, e)
+
+
+def open_ledger(settings: Settings, consumer: Consumer, *, control_plane: bool = False) -> ResultsLedger:
+    """The ledger of a consumer (``control_plane=True``: metadata reads without pyarrow)."""
+    return ResultsLedger(open_catalog(settings, control_plane=control_plane), consumer)

@@ -1,0 +1,166 @@
+"""Rendering runs for people: the job's console blocks and the reporter's cost report.
+
+One renderer for both, so that what the job prints and what finance receives cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from icebatch.core.events import BatchJobCompleted, BatchJobFailed
+
+WIDTH = 64
+
+
+def _rule(title: str) -> str:
+    return f"{'=' * 4} {title} {'=' * max(4, WIDTH - len(title) - 6)}"
+
+
+def _line(label: str, value: object) -> str:
+    return f"{label:<22}: {value}"
+
+
+def _money(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"${x:,.4f}" if x < 1 else f"${x:,.2f}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def incremental_state(
+    *,
+    consumer: str,
+    source_table: str,
+    from_snapshot: int | None,
+    to_snapshot: int | None,
+    new_rows: int,
+    snapshots: int | None = None,
+) -> str:
+    lines = [
+        _rule("INCREMENTAL STATE"),
+        _line("consumer", consumer),
+        _line("source table", source_table),
+        _line("watermark (from)", from_snapshot if from_snapshot is not None else "(none: first run)"),
+        _line("pinned snapshot (to)", to_snapshot if to_snapshot is not None else "-"),
+    ]
+    if snapshots is not None:
+        lines.append(_line("snapshots", snapshots))
+    lines.append(_line("new tickets", new_rows))
+    return "\n".join(lines)
+
+
+def batch_summary(e: BatchJobCompleted) -> str:
+    statuses = ", ".join(f"{k} {v:,}" for k, v in sorted(e.rows_by_status.items()))
+    lines = [
+        _rule("BATCH SUMMARY"),
+        _line("run", e.run_id),
+        _line("rows", f"{e.rows:,} ({statuses})"),
+        _line("truncated inputs", f"{e.rows_truncated:,}"),
+    ]
+    for field, counts in e.labels.items():
+        total = sum(counts.values()) or 1
+        parts = " | ".join(f"{k} {v} ({100 * v / total:.0f}%)" for k, v in counts.items())
+        lines.append(_line(field, parts or "-"))
+    lines.append(_line("results", e.results_location))
+    lines.append(_line("model", f"{e.model} on {e.cost.gpus} x {e.device}"))
+    return "\n".join(lines)
+
+
+def tokenomics(e: BatchJobCompleted) -> str:
+    c = e.cost
+    per_row_in = e.tokens.input / e.rows if e.rows else 0
+    per_row_out = e.tokens.output / e.rows if e.rows else 0
+    generating = e.engine_seconds - (e.engine_startup_seconds or 0.0)
+    streaming = e.engine_seconds - e.first_result_seconds
+    if e.engine_startup_seconds is not None and generating > 0 and e.tokens.output:
+        engine = (
+            f"{_duration(e.engine_seconds)} (start-up {_duration(e.engine_startup_seconds)}, then "
+            f"{_duration(generating)} generating at {e.tokens.output / generating:,.0f} output tok/s)"
+        )
+    elif streaming >= 1.0:  # events from before the start-up was measured: no honest rate to give
+        engine = f"{_duration(e.engine_seconds)} (first result after {_duration(e.first_result_seconds)})"
+    else:  # everything arrived at once: start-up and generation cannot be told apart
+        engine = f"{_duration(e.engine_seconds)} (including engine start-up)"
+    return "\n".join(
+        [
+            _rule("TOKENOMICS"),
+            _line("input tokens", f"{e.tokens.input:,} ({per_row_in:.1f} per row)"),
+            _line("output tokens", f"{e.tokens.output:,} ({per_row_out:.1f} per row)"),
+            _line("engine wall time", engine),
+            _line("job wall time", _duration(e.job_seconds)),
+            _line("GPU-hours (engine)", f"{c.engine_gpu_seconds / 3600:.4f}"),
+            _line(
+                "GPU lifetime",
+                f"{_duration(c.gpu_lifetime_seconds)} (idle tail {_duration(c.idle_tail_seconds)})",
+            ),
+            _line(
+                "hourly rate",
+                f"{_money(c.hourly_rate)} per GPU-hour" + (f" ({c.rate_source})" if c.rate_source else ""),
+            ),
+            _line("cost (engine only)", _money(c.engine_cost)),
+            _line("cost (GPU lifetime)", _money(c.lifetime_cost)),
+            _line("$ per 1k rows", _money(c.usd_per_1k_rows)),
+            _line("$ per 1M output tok", _money(c.usd_per_1m_output_tokens)),
+            _line("$ per 1M tokens", _money(c.usd_per_1m_tokens)),
+        ]
+    )
+
+
+def completed_text(e: BatchJobCompleted, *, include_state: bool = True) -> str:
+    if not include_state:
+        return "\n".join([batch_summary(e), tokenomics(e)])
+    state = incremental_state(
+        consumer=e.consumer,
+        source_table=e.source_table,
+        from_snapshot=e.range.from_exclusive,
+        to_snapshot=e.range.to_inclusive,
+        new_rows=e.rows,
+    )
+    return "\n".join([state, batch_summary(e), tokenomics(e)])
+
+
+def failed_text(e: BatchJobFailed) -> str:
+    lines = [
+        _rule("BATCH JOB FAILED"),
+        _line("consumer", e.consumer),
+        _line("source table", e.source_table),
+        _line("run", e.run_id or "-"),
+        _line("RayJob", e.rayjob_name or "-"),
+        _line("stage", e.stage),
+        _line("error", f"{e.error_type}: {e.reason}"),
+        _line("found by", e.origin),
+        _line("range", f"{e.range.from_exclusive} -> {e.range.to_inclusive}" if e.range else "-"),
+        _line(
+            "what happens next",
+            "nothing was committed; the range stays pending and the next trigger processes it"
+            if e.retryable
+            else "needs an operator: see the error",
+        ),
+        _line("rows processed", f"{e.rows_processed:,} (discarded)"),
+    ]
+    if e.cost is not None:
+        lines.append(
+            _line(
+                "cost so far",
+                f"{_money(e.cost.lifetime_cost)} ({_duration(e.cost.gpu_lifetime_seconds)} GPU)",
+            )
+        )
+    return "\n".join(lines)
+
+
+def subject(e: BatchJobCompleted | BatchJobFailed) -> str:
+    """A readable one-liner (SNS subjects are at most 100 characters)."""
+    if isinstance(e, BatchJobCompleted):
+        text = f"icebatch {e.consumer}: {e.rows:,} tickets, {_money(e.cost.lifetime_cost)}"
+        if e.rows_error:
+            text += f" ({e.rows_error:,} not ok)"
+    else:
+        text = f"icebatch {e.consumer}: FAILED ({e.error_type}) at {e.stage}"
+    return text[:100]

@@ -1,0 +1,554 @@
+"""One frozen settings object, built once from the environment, in sections by concern.
+
+Every field is read from ``ICEBATCH_<FIELD NAME>`` (pydantic-settings; structured values are JSON). What
+a *consumer* decides (its task, threshold, budget, model, GPUs) is not here but in the consumers file
+(``icebatch.core.consumers``). Handlers, the job and the CLI build ``Settings.from_env()`` once and pass
+it down; nothing else reads ``os.environ``.
+
+| section     | concern                                              | who uses it          |
+| ----------- | ---------------------------------------------------- | -------------------- |
+| (top)       | local state, deployment name, where jobs run, logs   | everyone             |
+| catalog     | the Iceberg catalog and the source table             | launcher, job        |
+| launch      | launch policy, local job modes, sizing               | launcher             |
+| kubernetes  | the EKS API, the RayJob's image and lifetime         | launcher             |
+| cluster     | the GPU workers: instance types, requests, idle tail | launcher, job (cost) |
+| engine      | the model and vLLM / endpoint settings               | job                  |
+| cost        | the hourly rate                                      | job, reporter        |
+| aws         | region, endpoint override, bus, topic, idempotency   | everyone             |
+
+The job's pod gets every setting of the sections it uses (``Settings.job_environment``): a new job
+setting reaches the pod without being listed anywhere.
+
+Example::
+
+    >>> s = Settings.from_env({"ICEBATCH_HOME": "/tmp/ib", "ICEBATCH_BATCH_SIZE": "32"})
+    >>> s.engine.batch_size, s.catalog.source_table
+    (32, 'support.tickets')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
+from pydantic_settings.sources.utils import parse_env_vars
+
+from icebatch.core.errors import ConfigError
+from icebatch.core.instances import (
+    INSTANCE_TYPES,
+    BillingRate,
+    Resources,
+    billing_rate,
+    can_host,
+    parse_cpu,
+    parse_memory,
+)
+
+ENV_PREFIX = "ICEBATCH_"
+TABLE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+DEPLOYMENT = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
+# Not settings: read by the Makefile, the tests or the benchmarks, allowed beside the settings.
+_IGNORED_VARS = {"ICEBATCH_VENV", "ICEBATCH_CACHE", "ICEBATCH_PYTHON", "ICEBATCH_TEST_KEEP"}
+_environ: ContextVar[Mapping[str, str] | None] = ContextVar("icebatch_environ", default=None)
+
+
+class _Environ(EnvSettingsSource):
+    """pydantic-settings' environment source, reading the mapping ``Settings.from_env`` was given."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        env = os.environ if _environ.get() is None else _environ.get()
+        assert env is not None
+        # names are upper case only (ICEBATCH_BATCH_SIZE, not icebatch_batch_size); empty means unset
+        return parse_env_vars({k: v for k, v in env.items() if k.isupper()}, False, True)
+
+
+class Section(BaseSettings):
+    """A group of settings read from ``ICEBATCH_*`` variables."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore", case_sensitive=False)
+    title: ClassVar[str] = ""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, _Environ(settings_cls, case_sensitive=False, env_prefix=ENV_PREFIX)
+
+    @classmethod
+    def env_name(cls, field: str) -> str:
+        return ENV_PREFIX + field.upper()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------------------
+class CatalogSettings(Section):
+    title: ClassVar[str] = "catalog"
+
+    catalog_name: str = Field(default="icebatch", description="Name given to the pyiceberg catalog.")
+    catalog_type: Literal["sql", "glue"] = Field(
+        default="sql", description="`sql` (SQLite under ICEBATCH_HOME, the embedded default) or `glue`."
+    )
+    catalog_uri: str | None = Field(
+        default=None, description="SQL catalog URI. Default: `sqlite:///$ICEBATCH_HOME/catalog.db`."
+    )
+    warehouse: str | None = Field(
+        default=None,
+        description="Warehouse location for new tables. Default: `file://$ICEBATCH_HOME/warehouse` "
+        "(sql); required as `s3://bucket/prefix` for glue.",
+    )
+    catalog_properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra pyiceberg catalog properties as JSON, e.g. "
+        '`{"glue.endpoint": "...", "s3.region": "eu-west-1"}`. They override the derived ones.',
+    )
+    source_table: str = Field(
+        default="support.tickets",
+        description="The source table `namespace.table` (consumers may name another).",
+    )
+
+    @field_validator("source_table")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        return table_identifier(value)
+
+
+class LaunchSettings(Section):
+    title: ClassVar[str] = "launch"
+
+    consumers_file: Path | None = Field(
+        default=None,
+        description="The consumers of the table (YAML): their tasks, thresholds, budgets. Default: "
+        "`functions/consumers/consumers.yaml` (bundled with the functions).",
+    )
+    dry_run: bool = Field(default=False, description="Decide and build manifests, never submit (shadow mode).")
+    max_attempts: int = Field(
+        default=3, ge=1, description="Failed jobs from the same watermark before launches stop for an operator."
+    )
+    local_mode: Literal["inprocess", "ray-jobs"] = Field(
+        default="inprocess",
+        description="Local backend: run the job in the launcher's process, or submit it to a local Ray "
+        "cluster through Ray's job submission API.",
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray dashboard address for `ray-jobs` mode (e.g. `http://127.0.0.1:8265`). "
+        "Default: start a local head bound to 127.0.0.1.",
+    )
+    rows_per_gpu_hour: int = Field(
+        default=120_000, ge=1, description="Planning throughput of one GPU: sizes the worker group and the estimates."
+    )
+    target_job_hours: float = Field(
+        default=1.0, gt=0, description="Size the worker group so the backlog drains in about this long."
+    )
+    finished_job_retention_seconds: int = Field(
+        default=7 * 86400, ge=0, description="Reported, finished RayJobs are deleted after this long."
+    )
+
+
+class KubernetesSettings(Section):
+    title: ClassVar[str] = "kubernetes"
+
+    eks_cluster: str | None = Field(default=None, description="EKS cluster name (kuberay backend).")
+    k8s_namespace: str = Field(default="icebatch", description="Namespace the RayJobs are created in.")
+    k8s_api_server: str | None = Field(
+        default=None,
+        description="Kubernetes API URL. Default: from `eks:DescribeCluster`. Set for tests or non-EKS.",
+    )
+    k8s_verify_ssl: bool = Field(default=True, description="Verify the API server's TLS certificate.")
+    job_image: str = Field(
+        default="public.ecr.aws/icebatch/job:0.1.0", description="Container image of the job (jobimage/)."
+    )
+    service_account: str = Field(
+        default="icebatch-job", description="Kubernetes service account of the job pods (its IAM role: JobRole)."
+    )
+    job_deadline_seconds: int = Field(default=4 * 3600, ge=60, description="`activeDeadlineSeconds`.")
+    job_backoff_limit: int = Field(default=1, ge=0, description="`backoffLimit` of the RayJob.")
+
+
+class ClusterSettings(Section):
+    title: ClassVar[str] = "cluster"
+
+    gpu_node_pool: str = Field(default="icebatch-gpu", description="Karpenter NodePool for the GPU workers.")
+    gpu_instance_types: list[str] = Field(
+        default_factory=lambda: ["g6.xlarge", "g6.2xlarge", "g5.xlarge", "g5.2xlarge"],
+        description="Allowed GPU instance types (JSON list).",
+    )
+    worker_cpu: str = Field(
+        default="3", description="CPU request of a GPU worker pod (Kubernetes quantity, e.g. `3` or `3500m`)."
+    )
+    worker_memory: str = Field(
+        default="12Gi",
+        description="Memory request (and limit) of a GPU worker pod. It must fit what Karpenter leaves "
+        "allocatable on the instance types, or Karpenter buys a bigger, dearer node.",
+    )
+    job_ttl_seconds: int = Field(
+        default=60, ge=0, description="`ttlSecondsAfterFinished`: how long a finished cluster lingers."
+    )
+    karpenter_consolidate_seconds: int = Field(
+        default=30, ge=0, description="Karpenter `consolidateAfter` for empty GPU nodes (idle tail)."
+    )
+
+    @field_validator("worker_cpu")
+    @classmethod
+    def _cpu_quantity(cls, value: str) -> str:
+        parse_cpu(value)
+        return value
+
+    @field_validator("worker_memory")
+    @classmethod
+    def _memory_quantity(cls, value: str) -> str:
+        parse_memory(value)
+        return value
+
+    @property
+    def worker_requests(self) -> Resources:
+        return Resources(cpu_milli=parse_cpu(self.worker_cpu), memory_mib=parse_memory(self.worker_memory))
+
+    @property
+    def hosting_instance_types(self) -> list[str]:
+        """The allowed instance types a worker fits (types unknown to ``icebatch.core.instances`` are kept)."""
+        requests = self.worker_requests
+        return [
+            t for t in self.gpu_instance_types if t not in INSTANCE_TYPES or can_host(INSTANCE_TYPES[t], requests, 1)
+        ]
+
+
+class EngineSettings(Section):
+    title: ClassVar[str] = "engine"
+
+    model_source: str | None = Field(
+        default=None,
+        description="Default model of the consumers: a local path, a Hugging Face id or an `s3://` prefix. "
+        "Default: the tiny local model under ICEBATCH_HOME, built on first use.",
+    )
+    model_load_format: Literal["download", "runai_streamer"] = Field(
+        default="download",
+        description="How an `s3://` model reaches the engine: `download` (to the node's disk, by Ray Data LLM, "
+        "before the engine starts) or `runai_streamer` (streamed into GPU memory; needs `runai-model-streamer[s3]`, "
+        "which the job image installs).",
+    )
+    engine_mode: Literal["engine", "endpoint"] = Field(
+        default="engine",
+        description="`engine`: vLLM in the job (ray.data.llm). `endpoint`: call an OpenAI-compatible server.",
+    )
+    endpoint_url: str | None = Field(
+        default=None,
+        description="Base URL of the OpenAI-compatible server (endpoint mode), e.g. `http://h:8000/v1`.",
+    )
+    endpoint_model: str | None = Field(default=None, description="Model name sent to the endpoint.")
+    endpoint_concurrency: int = Field(default=8, ge=1, description="Requests in flight to the endpoint.")
+    endpoint_max_retries: int = Field(default=4, ge=0, description="Retries per request (with backoff).")
+    device: Literal["auto", "cpu", "gpu"] = Field(
+        default="auto", description="`auto` picks gpu when the Ray cluster has GPUs, else cpu."
+    )
+    accelerator_type: str | None = Field(default=None, description="Ray accelerator type, e.g. `L4`.")
+    dtype: str = Field(default="auto", description="vLLM dtype.")
+    max_model_len: int = Field(default=2048, ge=128, description="Context length; longer inputs are truncated.")
+    gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1, description="vLLM (GPU only).")
+    kv_cache_gib: float = Field(default=1.0, gt=0, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE).")
+    enable_prefix_caching: bool = Field(default=True, description="vLLM prefix caching (shared system prompt).")
+    enable_chunked_prefill: bool = Field(default=True, description="vLLM chunked prefill.")
+    max_num_batched_tokens: int | None = Field(default=None, description="vLLM max_num_batched_tokens.")
+    max_num_seqs: int | None = Field(default=None, description="vLLM max_num_seqs (default: vLLM's).")
+    enforce_eager: bool | None = Field(
+        default=None, description="Skip graph compilation (default: on for CPU, off for GPU)."
+    )
+    batch_size: int = Field(default=64, ge=1, description="Rows per batch sent to an engine replica.")
+    concurrency: int = Field(default=1, ge=1, description="Engine replicas (one GPU each).")
+    structured_output: bool = Field(default=True, description="Constrain output to the task's JSON schema.")
+    max_inference_error_rate: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="A run whose share of `inference_error` rows (engine/endpoint failures, not bad answers) "
+        "exceeds this commits nothing and fails: its range stays pending for the next run.",
+    )
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> EngineSettings:
+        if self.engine_mode == "endpoint" and not self.endpoint_url:
+            raise ValueError("engine_mode=endpoint needs ICEBATCH_ENDPOINT_URL (an OpenAI-compatible base URL)")
+        return self
+
+
+class CostSettings(Section):
+    title: ClassVar[str] = "cost"
+
+    gpu_hourly_rate: float | None = Field(
+        default=None,
+        ge=0,
+        description="$ per GPU worker-hour. Default: the on-demand price (us-east-1) of the cheapest allowed "
+        "instance type that can host the worker; reports name the type.",
+    )
+
+
+class AwsSettings(Section):
+    title: ClassVar[str] = "aws"
+
+    event_bus: str = Field(
+        default="local", description="`local` (in-process bus) or an EventBridge bus name (e.g. `default`)."
+    )
+    sns_topic_arn: str | None = Field(default=None, description="Topic for cost reports (reporter Lambda).")
+    aws_region: str | None = Field(
+        default=None, description="AWS region. Default: `AWS_REGION` (set by Lambda), else `AWS_DEFAULT_REGION`."
+    )
+    aws_endpoint_url: str | None = Field(
+        default=None, description="Endpoint override for every AWS client (moto, LocalStack)."
+    )
+    idempotency_table: str | None = Field(
+        default=None,
+        description="DynamoDB table for the reporter's idempotency on event ids (default: a file under "
+        "ICEBATCH_HOME locally).",
+    )
+
+
+class TopSettings(Section):
+    title: ClassVar[str] = ""
+
+    home: Path = Field(
+        default=Path(".icebatch"),
+        description="Folder for local state: SQL catalog, warehouse, tiny model, caches, reports, Ray temp.",
+    )
+    deployment: str = Field(
+        default="local",
+        description="Name of this deployment (the stack name in AWS): events, RayJobs and reports carry it, "
+        "and a deployment acts only on its own.",
+    )
+    backend: Literal["local", "kuberay"] = Field(
+        default="local", description="Where jobs run: `local` (this machine) or `kuberay` (RayJob on EKS)."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level.")
+    job_consumer: str | None = Field(
+        default=None,
+        description="Set by the launcher for a job: the consumer it runs for, with its task (JSON). Not set by hand.",
+    )
+
+    @field_validator("deployment")
+    @classmethod
+    def _deployment(cls, value: str) -> str:
+        if not DEPLOYMENT.match(value):
+            raise ValueError(f"{value[:80]!r} must be letters, digits and '-' (at most 64), starting with a letter")
+        return value
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "top": TopSettings,
+    "catalog": CatalogSettings,
+    "launch": LaunchSettings,
+    "kubernetes": KubernetesSettings,
+    "cluster": ClusterSettings,
+    "engine": EngineSettings,
+    "cost": CostSettings,
+    "aws": AwsSettings,
+}
+# What the job's pod is given (all of it: a new job setting needs no list entry).
+JOB_SECTIONS = ("top", "catalog", "cluster", "engine", "cost", "aws")
+
+
+class Settings(BaseModel):
+    """Everything icebatch can be told, by concern. README "Configuration" is generated from the sections."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    top: TopSettings
+    catalog: CatalogSettings
+    launch: LaunchSettings
+    kubernetes: KubernetesSettings
+    cluster: ClusterSettings
+    engine: EngineSettings
+    cost: CostSettings
+    aws: AwsSettings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sections(cls, data: Any) -> Any:
+        """``Settings(home=..., backend=...)``: fields by name go to their section; the rest are defaults.
+
+        Sections are built from what is given only (never from the environment: that is ``from_env``).
+        """
+        if not isinstance(data, dict):
+            return data
+        grouped: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+        built: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in SECTIONS:
+                if isinstance(value, Section):
+                    built[key] = value
+                else:
+                    grouped[key].update(dict(value or {}))
+            else:
+                grouped[section_of(key)][key] = value
+        with _reading({}):
+            return {name: built.get(name) or SECTIONS[name](**grouped[name]) for name in SECTIONS}
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Settings:
+        if self.top.backend == "kuberay":
+            self.billing()  # some allowed instance type must be able to host the worker
+        return self
+
+    # --- derived ----------------------------------------------------------------------------------
+    @property
+    def home(self) -> Path:
+        return self.top.home.expanduser().resolve()
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.home / "reports"
+
+    @property
+    def tiny_model_dir(self) -> Path:
+        return self.home / "models" / "tiny-llama"
+
+    def billing(self) -> BillingRate:
+        """The rate reports bill per GPU worker-hour, and the instance type it assumes."""
+        c = self.cluster
+        try:
+            return billing_rate(list(c.gpu_instance_types), c.worker_requests, 1, self.cost.gpu_hourly_rate)
+        except ValueError as e:
+            raise ValueError(
+                f"{e}: lower ICEBATCH_WORKER_MEMORY/ICEBATCH_WORKER_CPU, allow bigger ICEBATCH_GPU_INSTANCE_TYPES, "
+                "or set ICEBATCH_GPU_HOURLY_RATE"
+            ) from e
+
+    def catalog_props(self, *, control_plane: bool = False) -> dict[str, str]:
+        """pyiceberg catalog properties.
+
+        ``control_plane=True`` selects icebatch's small metadata FileIO (boto3 for s3://, the OS for
+        file://) so that reading metadata never imports pyarrow or s3fs (the Lambda bundle has neither).
+        """
+        c, aws = self.catalog, self.aws
+        props: dict[str, str] = {"type": c.catalog_type}
+        if c.catalog_type == "sql":
+            props["uri"] = c.catalog_uri or f"sqlite:///{self.home / 'catalog.db'}"
+            props["warehouse"] = c.warehouse or f"file://{self.home / 'warehouse'}"
+        elif c.warehouse:
+            props["warehouse"] = c.warehouse
+        if c.catalog_type == "glue":
+            if aws.aws_region:
+                for key in ("glue.region", "s3.region", "client.region"):
+                    props.setdefault(key, aws.aws_region)
+            if aws.aws_endpoint_url:
+                props.setdefault("glue.endpoint", aws.aws_endpoint_url)
+                props.setdefault("s3.endpoint", aws.aws_endpoint_url)
+        if control_plane:
+            props["py-io-impl"] = "icebatch.core.metadata_io.MetadataFileIO"
+        props.update(c.catalog_properties)
+        return props
+
+    def job_environment(self, **changes: Any) -> dict[str, str]:
+        """The ``ICEBATCH_*`` variables of a job's process: every setting of the sections the job uses.
+
+        ``changes`` (field name -> value) override; defaults are left out, ``None`` removes a variable.
+        """
+        env: dict[str, str] = {}
+        for name in JOB_SECTIONS:
+            section = getattr(self, name)
+            for field, info in type(section).model_fields.items():
+                value = changes.get(field, getattr(section, field))
+                if value is None or (field not in changes and value == _default(info)):
+                    continue
+                env[Section.env_name(field)] = _env_text(value)
+        return dict(sorted(env.items()))
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (by field name, whatever their section; validated)."""
+        data: dict[str, Any] = {name: getattr(self, name).model_dump() for name in SECTIONS}
+        for field, value in changes.items():
+            data[section_of(field)][field] = value
+        try:
+            return Settings(**data)
+        except ValidationError as e:
+            raise ConfigError(explain(e)) from e
+
+    # --- construction -------------------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from ``ICEBATCH_*`` variables; raise ConfigError naming the variable to fix."""
+        env = dict(os.environ if environ is None else environ)
+        if not env.get("ICEBATCH_AWS_REGION") and (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
+            # Lambda's runtime (and most shells) name the region here; the job's pods get it from the launcher
+            env["ICEBATCH_AWS_REGION"] = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""
+        known = set(env_names().values())
+        unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in known and k not in _IGNORED_VARS)
+        if unknown:
+            shown = ", ".join(name[:64] for name in unknown[:10])
+            raise ConfigError(f"unknown setting(s) {shown}; see `icebatch config --help` for the valid names")
+        try:
+            with _reading(env):
+                sections = {name: section() for name, section in SECTIONS.items()}
+            return cls(**sections)
+        except ValidationError as e:
+            raise ConfigError(explain(e)) from e
+        except SettingsError as e:
+            raise ConfigError(_explain_parse(e)) from e
+
+
+@contextmanager
+def _reading(env: Mapping[str, str]) -> Iterator[None]:
+    token = _environ.set(env)
+    try:
+        yield
+    finally:
+        _environ.reset(token)
+
+
+def _default(info: FieldInfo) -> Any:
+    return info.get_default(call_default_factory=True)
+
+
+def _env_text(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def table_identifier(value: str) -> str:
+    if not TABLE_IDENTIFIER.match(value):
+        raise ValueError(f"{value[:120]!r} is not `namespace.table` (letters, digits, underscores)")
+    return value
+
+
+def section_of(field: str) -> str:
+    for name, section in SECTIONS.items():
+        if field in section.model_fields:
+            return name
+    raise ValueError(f"no setting named {field[:64]!r}")
+
+
+def env_names() -> dict[str, str]:
+    """Field name -> environment variable, every section."""
+    return {field: Section.env_name(field) for section in SECTIONS.values() for field in section.model_fields}
+
+
+def explain(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        field = next((str(p) for p in reversed(item["loc"]) if isinstance(p, str) and p in env_names()), "")
+        var = env_names().get(field, "settings")
+        lines.append(f"{var}: {item['msg']}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+def _explain_parse(error: SettingsError) -> str:
+    m = re.search(r'field "([a-z_]+)"', str(error))
+    var = env_names().get(m.group(1), "a setting") if m else "a setting"
+    return f"{var} must be JSON (a list or an object, as its description says)"

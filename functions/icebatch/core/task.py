@@ -1,0 +1,183 @@
+"""The task: what to ask about each row and what shape the answer must have.
+
+A task spec is a JSON file named by a consumer (``functions/consumers/consumers.yaml``; ticket triage is
+``functions/consumers/tasks/triage.json``):
+
+- ``system_prompt`` and ``user_template`` (``{column}`` placeholders over ``input_columns``),
+- ``output_schema``: a flat JSON Schema object (string/enum/integer/number/boolean properties). It is
+  handed to vLLM's structured output, turned into the pydantic model that validates every answer, and
+  into the verdict columns of the results table,
+- ``sampling``: vLLM sampling parameters (``max_tokens`` bounds the cost of a row),
+- ``truncate_column``: the column shortened when a prompt does not fit ``max_model_len``.
+
+A new task is a new spec file and a consumer entry, not code. Bump ``version`` when the prompt or schema
+changes meaning: the consumer then processes the table again under the new version (a backfill), and the
+old version's results stay as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from icebatch.core.errors import TaskSpecError
+
+# the running example's task (functions/consumers/tasks/): ticket triage
+DEFAULT_TASK = Path(__file__).resolve().parents[2] / "consumers" / "tasks" / "triage.json"
+_SUPPORTED = {"string", "integer", "number", "boolean"}
+
+
+class TaskSpec(BaseModel):
+    """A prompt, an output schema and sampling parameters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Task name (recorded with every run).")
+    version: int = Field(default=1, description="Bump when the prompt or schema changes meaning.")
+    description: str = ""
+    id_column: str = Field(description="Source column that identifies a row.")
+    input_columns: list[str] = Field(description="Source columns the prompt uses.")
+    truncate_column: str | None = Field(default=None, description="Column shortened to fit max_model_len.")
+    system_prompt: str
+    user_template: str
+    output_schema: dict[str, Any]
+    sampling: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0.0, "max_tokens": 160})
+
+    @field_validator("output_schema")
+    @classmethod
+    def _flat_object(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        if schema.get("type") != "object" or not isinstance(schema.get("properties"), dict):
+            raise ValueError("output_schema must be a JSON Schema object with `properties`")
+        for name, prop in schema["properties"].items():
+            if not name.isidentifier():
+                raise ValueError(f"output property {name!r} must be a valid column name")
+            if prop.get("type") not in _SUPPORTED:
+                raise ValueError(
+                    f"output property {name!r} has type {prop.get('type')!r}; "
+                    f"supported: {sorted(_SUPPORTED)} "
+                    "(flat objects only: each property becomes a results column)"
+                )
+        return schema
+
+    @model_validator(mode="after")
+    def _template_uses_inputs(self) -> TaskSpec:
+        names = {f for _, f, _, _ in string.Formatter().parse(self.user_template) if f}
+        unknown = names - set(self.input_columns)
+        if unknown:
+            raise ValueError(f"user_template uses {sorted(unknown)}, which are not in input_columns")
+        if self.truncate_column and self.truncate_column not in self.input_columns:
+            raise ValueError(f"truncate_column {self.truncate_column!r} is not in input_columns")
+        if int(self.sampling.get("max_tokens", 0)) < 1:
+            raise ValueError("sampling.max_tokens must be set (it bounds the output tokens, and the cost, of a row)")
+        return self
+
+    # --- derived -------------------------------------------------------------------------------
+    @property
+    def max_tokens(self) -> int:
+        return int(self.sampling["max_tokens"])
+
+    @property
+    def output_fields(self) -> dict[str, dict[str, Any]]:
+        return dict(self.output_schema["properties"])
+
+    @property
+    def label_fields(self) -> list[str]:
+        """Enum properties: the label breakdowns of a run report."""
+        return [k for k, v in self.output_fields.items() if "enum" in v]
+
+    @property
+    def output_schema_json(self) -> str:
+        return json.dumps(self.output_schema, separators=(",", ":"))
+
+    @cached_property
+    def verdict_model(self) -> type[BaseModel]:
+        """A pydantic model that validates one answer strictly (no extra keys, enums, lengths)."""
+        required = set(self.output_schema.get("required", []))
+        fields: dict[str, Any] = {}
+        for name, prop in self.output_fields.items():
+            annotation = _annotation(prop)
+            constraints = {
+                k: v
+                for k, v in {
+                    "min_length": prop.get("minLength"),
+                    "max_length": prop.get("maxLength"),
+                    "pattern": prop.get("pattern"),
+                    "ge": prop.get("minimum"),
+                    "le": prop.get("maximum"),
+                }.items()
+                if v is not None
+            }
+            if name in required:
+                fields[name] = (annotation, Field(**constraints))
+            else:
+                fields[name] = (annotation | None, Field(default=None, **constraints))
+        return create_model(
+            f"{self.name.title().replace('-', '')}Verdict",
+            __config__=ConfigDict(extra="forbid", strict=True),
+            **fields,
+        )
+
+    def render_user(self, row: dict[str, Any]) -> str:
+        values = {c: _text(row.get(c)) for c in self.input_columns}
+        return self.user_template.format(**values)
+
+    def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
+        return [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": self.render_user(row)},
+        ]
+
+    def parse(self, text: str) -> tuple[dict[str, Any] | None, str | None]:
+        """Validate one model answer: (verdict, None) or (None, reason)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            return None, f"not JSON: {e.msg} at position {e.pos}"
+        try:
+            verdict = self.verdict_model.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "answer"
+            return None, f"schema: {where}: {first['msg']} ({e.error_count()} error(s))"
+        return verdict.model_dump(), None
+
+
+def _annotation(prop: dict[str, Any]) -> Any:
+    if "enum" in prop:
+        return Literal[tuple(prop["enum"])]
+    return {"string": str, "integer": int, "number": float, "boolean": bool}[prop["type"]]
+
+
+def _text(value: Any) -> str:
+    if value is None or value == "":
+        return "(empty)"
+    return str(value)
+
+
+def load_task(path: Path | None = None) -> TaskSpec:
+    """Load and validate a task spec; TaskSpecError says what is wrong with the file."""
+    source = path or DEFAULT_TASK
+    try:
+        raw = json.loads(source.read_text())
+    except FileNotFoundError as e:
+        raise TaskSpecError(f"task file {source} does not exist (a consumer's `task:` in the consumers file)") from e
+    except json.JSONDecodeError as e:
+        raise TaskSpecError(f"task file {source} is not JSON: {e.msg} (line {e.lineno})") from e
+    try:
+        return TaskSpec.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'spec'}: {x['msg']}" for x in e.errors())
+        raise TaskSpecError(f"task file {source} is invalid: {problems}") from e

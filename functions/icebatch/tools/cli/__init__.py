@@ -1,0 +1,74 @@
+"""The ``icebatch`` command line.
+
+Every command reads the same settings (``ICEBATCH_*`` environment variables, see ``icebatch config``)
+and the same consumers file, and calls the same code the Lambdas and the job run. Errors are one line on
+stderr with the fix; exit statuses are in ``icebatch.core.errors`` (0 done, 1 the job failed, 2 bad input
+or configuration, 3 a dependency is unavailable, 5 the job's range was already covered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from icebatch.core.errors import IcebatchError, exit_status
+from icebatch.core.settings import Settings
+from icebatch.tools.cli import data, jobs, launch, meta
+from icebatch.tools.cli.common import Handler
+
+EPILOG = """\
+Typical session on a laptop (no AWS, no GPU):
+  icebatch generate --tickets 300 --batches 5 --seed 7   # a backlog of support tickets
+  icebatch backlog                                        # what waits, per consumer, from metadata only
+  icebatch estimate                                       # what draining it would cost
+  icebatch launch --trigger schedule                      # the launcher decides and runs the jobs
+  icebatch report                                         # the cost report of the latest run
+
+Configuration comes from ICEBATCH_* environment variables (`icebatch config` lists them all) and the
+consumers file (functions/consumers/consumers.yaml, or ICEBATCH_CONSUMERS_FILE).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="icebatch",
+        description="Incremental, event-driven LLM labelling of an Iceberg table: generate data, inspect the "
+        "backlog, estimate, launch and run jobs, read cost reports.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for group in (data, launch, jobs, meta):
+        group.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        level = logging.DEBUG if args.verbose else getattr(logging, settings.top.log_level.upper(), logging.INFO)
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+        _quiet_libraries(args.verbose)
+        handler: Handler = args.handler
+        return handler(args, settings)
+    except (IcebatchError, KeyboardInterrupt) as e:
+        status, prefix = exit_status(e)
+        print(f"icebatch: {prefix}: {e}", file=sys.stderr)
+        return status
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    if verbose:
+        return
+    for name in ("botocore", "urllib3", "pyiceberg", "kubernetes", "filelock", "fsspec"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

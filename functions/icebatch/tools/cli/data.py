@@ -1,0 +1,208 @@
+"""Commands about the tables: generate tickets, the backlog, estimates, the ledger, reports of runs."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from icebatch.core.errors import PermanentError
+from icebatch.core.settings import Settings
+from icebatch.tools.cli.common import bounded_int, consumer_option, duration, one, print_json, selected
+
+
+def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch_job.tickets import ensure_source_table, generate
+
+    from icebatch.core.catalog import open_catalog
+
+    table = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+
+    def report(i: int, size: int, sid: int) -> None:
+        print(f"batch {i}/{args.batches}: appended {size} tickets -> snapshot {sid}", flush=True)
+
+    ids = generate(
+        table, tickets=args.tickets, batches=args.batches, seed=args.seed, interval=args.interval, on_snapshot=report
+    )
+    print(f"{settings.catalog.source_table}: {args.tickets} tickets in {len(ids)} snapshot(s)")
+    return 0
+
+
+def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.core.ledger import open_ledger
+
+    backlogs = [(c, open_ledger(settings, c, control_plane=True).backlog()) for c in selected(settings, args.consumer)]
+    if args.json:
+        print_json([{**b.to_dict(), "task_version": c.task_version} for c, b in backlogs])
+        return 0
+    for c, b in backlogs:
+        age = b.oldest_pending_age_seconds()
+        print(f"consumer              : {c.name} ({c.task.name} v{c.task_version})")
+        print(f"source table          : {b.source_table}")
+        print(f"watermark snapshot    : {b.watermark_snapshot_id or '(none: nothing processed yet)'}")
+        print(f"current snapshot      : {b.current_snapshot_id or '(empty table)'}")
+        print(f"backlog rows          : {b.rows} in {b.snapshots} snapshot(s)")
+        print(f"oldest unprocessed age: {'-' if age is None else duration(age)}")
+        if b.skipped:
+            print(f"not processed         : {b.skipped_rows} rows added by overwrite snapshots")
+        print()
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.core.estimate import estimate_run, spent_on
+    from icebatch.core.ledger import open_ledger
+
+    out = []
+    for consumer in selected(settings, args.consumer):
+        ledger = open_ledger(settings, consumer, control_plane=True)
+        runs = ledger.runs()
+        backlog = ledger.backlog()
+        estimate = estimate_run(backlog.rows, consumer, runs, settings)
+        budget = consumer.budget
+        out.append(
+            {
+                **estimate.to_dict(),
+                "watermark_snapshot_id": backlog.watermark_snapshot_id,
+                "current_snapshot_id": backlog.current_snapshot_id,
+                "spent_today_usd": round(spent_on(datetime.now(UTC), runs, settings), 4),
+                "max_usd_per_run": budget.max_usd_per_run if budget else None,
+                "max_usd_per_day": budget.max_usd_per_day if budget else None,
+            }
+        )
+    if args.json:
+        print_json(out)
+        return 0
+    for e in out:
+        per_run = "-" if e["max_usd_per_run"] is None else f"${e['max_usd_per_run']:,.2f}"
+        per_day = "-" if e["max_usd_per_day"] is None else f"${e['max_usd_per_day']:,.2f}"
+        print(f"consumer              : {e['consumer']} (task version {e['task_version']})")
+        print(f"rows                  : {e['rows']:,} (after watermark {e['watermark_snapshot_id']})")
+        print(f"tokens (estimated)    : {e['input_tokens']:,} in, {e['output_tokens']:,} out ({e['basis']})")
+        print(
+            f"GPUs, GPU-hours       : {e['gpus']}, {e['gpu_hours']:.3f} "
+            f"(at ${e['usd_per_hour']}/h, {e['instance_type']})"
+        )
+        print(f"cost (estimated)      : ${e['usd']:,.4f}; budget {per_run} per run, {per_day} per day")
+        print(f"spent today           : ${e['spent_today_usd']:,.4f}")
+        print()
+    return 0
+
+
+def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.core.ledger import Key, open_ledger
+
+    rows = []
+    for consumer in selected(settings, args.consumer):
+        for r in open_ledger(settings, consumer, control_plane=True).runs()[: args.limit]:
+            rows.append(
+                {
+                    "consumer": consumer.name,
+                    "run_id": r.run_id,
+                    "task_version": r.task_version,
+                    "committed_at_ms": r.committed_at_ms,
+                    "from_snapshot_exclusive": r.from_snapshot_exclusive,
+                    "to_snapshot_inclusive": r.to_snapshot_inclusive,
+                    "rows": int(r.number(Key.ROWS)),
+                    "rows_error": int(r.number(Key.ROWS_ERROR)),
+                    "output_tokens": int(r.number(Key.OUTPUT_TOKENS)),
+                }
+            )
+    if args.json:
+        print_json(rows)
+    elif not rows:
+        print("no runs committed yet")
+    for row in [] if args.json else rows:
+        print(
+            f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} {row['from_snapshot_exclusive']} -> "
+            f"{row['to_snapshot_inclusive']}  rows={row['rows']} errors={row['rows_error']} "
+            f"output_tokens={row['output_tokens']}"
+        )
+    return 0
+
+
+def cmd_ledger_reset(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.core.ledger import open_ledger
+
+    consumer = one(settings, args.consumer)
+    ledger = open_ledger(settings, consumer)
+    target = None if args.to_snapshot == "none" else int(args.to_snapshot)
+    if target is not None and ledger.source().metadata.snapshot_by_id(target) is None:
+        raise PermanentError(f"snapshot {target} is not in {consumer.source_table}'s metadata")
+    sid = ledger.reset(target, reason=args.reason)
+    print(
+        f"{consumer.name} (task version {consumer.task_version}): watermark set to {args.to_snapshot} "
+        f"(ledger snapshot {sid})"
+    )
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.core.report import completed_text
+    from icebatch.tools.history import completed_from_ledger
+
+    event = completed_from_ledger(settings, selected(settings, args.consumer), args.run_id)
+    if args.json:
+        print_json(event.model_dump(mode="json"))
+    else:
+        print(completed_text(event))
+    return 0
+
+
+def snapshot_or_none(value: str) -> str:
+    if value != "none" and not (value.isdigit() and len(value) <= 20):
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a snapshot id (digits) or `none`")
+    return value
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("generate", help="append generated support tickets to the source table",
+                       description="Append realistic support tickets, one snapshot per batch (creates the table if "
+                       "needed). Prints each snapshot id.")  # fmt: skip
+    p.add_argument("--tickets", type=bounded_int(1, 10_000_000), required=True, help="total number of tickets")
+    p.add_argument("--batches", type=bounded_int(1, 100_000), default=1, help="number of snapshots (default: 1)")
+    p.add_argument("--interval", type=float, default=0.0, help="seconds to wait between batches")
+    p.add_argument("--seed", type=bounded_int(0, 2**31), default=None, help="make the tickets reproducible")
+    p.set_defaults(handler=cmd_generate)
+
+    p = sub.add_parser("backlog", help="rows waiting for each consumer (metadata only)",
+                       description="How many rows were appended after each consumer's watermark (for its current "
+                       "task version), computed from snapshot summaries without reading data files, and how long the "
+                       "oldest has waited.")  # fmt: skip
+    consumer_option(p)
+    p.add_argument("--json", action="store_true", help="one JSON list, a consumer each")
+    p.set_defaults(handler=cmd_backlog)
+
+    p = sub.add_parser("estimate", help="what the next run would cost, before anything is launched",
+                       description="Rows, estimated input/output tokens, GPUs, GPU-hours and $ of each consumer's "
+                       "current backlog — a whole backfill after a task version bump — against its budget. Tokens per "
+                       "row come from the consumer's last runs of this task version, else from the task "
+                       "(a prior).")  # fmt: skip
+    consumer_option(p)
+    p.add_argument("--json", action="store_true", help="one JSON list, a consumer each")
+    p.set_defaults(handler=cmd_estimate)
+
+    p = sub.add_parser("ledger", help="the consumers' committed runs and watermarks")
+    lsub = p.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
+    q = lsub.add_parser("runs", help="committed runs, newest first")
+    consumer_option(q)
+    q.add_argument("--limit", type=bounded_int(1, 10_000), default=20, help="runs per consumer (default 20)")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(handler=cmd_ledger_runs)
+    q = lsub.add_parser("reset", help="move a consumer's watermark by hand (a rollback, an expiry, a backfill's start)",
+                        description="Record a new watermark for the consumer's current task version, without results. "
+                        "Rows after it will be processed by the next run; rows before it will not. Use `none` to "
+                        "process the whole table again.")  # fmt: skip
+    consumer_option(q, "the consumer (needed when several are declared)")
+    q.add_argument("--to-snapshot", type=snapshot_or_none, required=True, help="source snapshot id, or `none`")
+    q.add_argument("--reason", required=True, help="recorded in the ledger")
+    q.set_defaults(handler=cmd_ledger_reset)
+
+    p = sub.add_parser("report", help="a run's cost report, rebuilt from the ledger (default: the latest run)",
+                       description="Print the INCREMENTAL STATE / BATCH SUMMARY / TOKENOMICS report of a committed run "
+                       "from the ledger: its snapshot summary (totals, tokens, engine and job time) and its result "
+                       "rows "
+                       "(label breakdown). No event or report file is needed.")  # fmt: skip
+    p.add_argument("run_id", nargs="?", help="run id (see `icebatch ledger runs`); default: the latest")
+    consumer_option(p, "look only at this consumer's runs (default: every consumer's)")
+    p.add_argument("--json", action="store_true", help="the report as the 'Batch Job Completed' detail (JSON)")
+    p.set_defaults(handler=cmd_report)

@@ -1,0 +1,97 @@
+"""Commands about icebatch itself: its settings, its contracts, its demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from icebatch.core.settings import SECTIONS, Section, Settings
+from icebatch.tools.cli.common import bounded_int, print_json
+
+
+def config_markdown() -> str:
+    """The README's configuration tables, a section each (a test keeps the README equal to this)."""
+    out: list[str] = []
+    for name, section in SECTIONS.items():
+        out += [
+            "",
+            f"*{name if name != 'top' else 'general'}*",
+            "",
+            "| variable | default | what |",
+            "| --- | --- | --- |",
+        ]
+        for field, info in section.model_fields.items():
+            default = info.get_default(call_default_factory=True)
+            shown = (
+                ""
+                if default in (None, {})
+                else f"`{json.dumps(default) if isinstance(default, (list, dict)) else default}`"
+            )
+            out.append(f"| `{Section.env_name(field)}` | {shown} | {(info.description or '').replace('|', '/')} |")
+    return "\n".join(out[1:])
+
+
+def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    if args.markdown:
+        print(config_markdown())
+        return 0
+    values = {
+        Section.env_name(field): value
+        for name in SECTIONS
+        for field, value in getattr(settings, name).model_dump(mode="json").items()
+    }
+    if args.json:
+        print_json(values)
+        return 0
+    for name, section in SECTIONS.items():
+        print(f"[{name if name != 'top' else 'general'}]")
+        for field, info in section.model_fields.items():
+            var = Section.env_name(field)
+            print(f"  {var:<40} = {values[var]!s:<28} {info.description or ''}")
+    return 0
+
+
+def cmd_contracts(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.tools import contracts
+
+    if args.action == "write":
+        changed = contracts.write()
+        print("\n".join(f"wrote eventbridge/{c}" for c in changed) or "eventbridge/ is up to date")
+        return 0
+    stale = contracts.check()
+    if stale:
+        print("out of date (run `icebatch contracts write`): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    print("eventbridge/ matches the code")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.tools.demo import run_demo
+
+    return run_demo(settings, tickets=args.tickets, batches=args.batches)
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("contracts", help="write or check eventbridge/ (schemas, patterns, schedules) from the code")
+    p.add_argument("action", choices=["write", "check"])
+    p.set_defaults(handler=cmd_contracts)
+
+    p = sub.add_parser(
+        "demo",
+        help="the whole flow on this machine: tickets -> launcher -> jobs -> reports (what `make demo` runs)",
+        description="Build the tiny model, append generated tickets, invoke the launcher handler with "
+        "sam/events/schedule.json (the local backend runs each consumer's job here, on CPU), let the completion "
+        "events reach the reporter (reports printed and filed under $ICEBATCH_HOME/reports), invoke the launcher "
+        "again to show that nothing new means no job, then bump a task's version and show the backfill's "
+        "estimate and its refusal by the budget.",
+    )
+    p.add_argument("--tickets", type=bounded_int(1, 100_000), default=300)
+    p.add_argument("--batches", type=bounded_int(1, 1_000), default=5)
+    p.set_defaults(handler=cmd_demo)
+
+    p = sub.add_parser("config", help="list every setting, its environment variable and current value")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="the README's tables of settings and defaults")
+    p.set_defaults(handler=cmd_config)

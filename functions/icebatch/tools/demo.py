@@ -1,0 +1,151 @@
+"""`make demo` / `icebatch demo`: the whole flow on this machine, with the same handlers as on AWS.
+
+1. the tiny model (built once, cached under ICEBATCH_HOME),
+2. a backlog: generated tickets appended over several commits to the local Iceberg table,
+3. the backlog and the estimate of each consumer (metadata only),
+4. the launcher handler invoked once with sam/events/schedule.json: the local backend runs each
+   consumer's job here (Ray Data + vLLM on CPU), each completion event goes through the local bus to the
+   reporter handler, which prints that consumer's cost report and files it under ICEBATCH_HOME/reports,
+5. the launcher again: nothing new, no job,
+6. a new version of a task: its consumer must label the whole table again (a backfill); the estimate
+   says what that costs, and the launcher refuses it while it exceeds the consumer's budget.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from icebatch.core.consumers import Consumer, load_consumers, read_consumers_file
+from icebatch.core.settings import Settings
+
+REPO = Path(__file__).resolve().parents[3]
+SCHEDULE_EVENT = REPO / "sam" / "events" / "schedule.json"
+STEPS = 6
+
+
+def _schedule_event() -> dict[str, Any]:
+    if SCHEDULE_EVENT.exists():
+        data: dict[str, Any] = json.loads(SCHEDULE_EVENT.read_text())
+        return data
+    return {"trigger": "schedule", "schedule": "nightly"}
+
+
+class Demo:
+    def __init__(self, settings: Settings, out: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.out = out
+        self.consumers = load_consumers(settings)
+
+    def step(self, n: int, text: str) -> None:
+        self.out(f"\n==> {n}/{STEPS} {text}")
+
+    def launch(self, settings: Settings | None = None) -> list[dict[str, Any]]:
+        from icebatch.tools.invoke import invoke
+
+        response = invoke("launcher", _schedule_event(), settings or self.settings, logs_to_stderr=True)
+        if response["status"] != "ok":
+            raise RuntimeError(f"the launcher answered {response['status']}: {response.get('reason')}")
+        for d in response["decisions"]:
+            job = f" -> job {d['job_name']}: {d['submission']}" if d.get("job_name") else ""
+            self.out(f"    {d['consumer']}: {d['decision']} ({d['reason']}){job}")
+        decisions: list[dict[str, Any]] = response["decisions"]
+        return decisions
+
+    def model(self) -> None:
+        from icebatch_job.model import resolve_model
+
+        model = resolve_model(self.settings)
+        tiny = (
+            "  (the tiny local model: random weights, schema-valid answers)"
+            if not self.settings.engine.model_source
+            else ""
+        )
+        self.out(f"    {model}{tiny}")
+
+    def tickets(self, tickets: int, batches: int) -> None:
+        from icebatch_job.tickets import ensure_source_table, generate
+
+        from icebatch.core.catalog import open_catalog
+
+        table = ensure_source_table(open_catalog(self.settings), self.settings.catalog.source_table)
+        generate(table, tickets=tickets, batches=batches, seed=None,
+                 on_snapshot=lambda i, n, sid: self.out(f"    commit {i}/{batches}: {n} tickets -> snapshot {sid}"),
+                 )  # fmt: skip
+
+    def estimates(self, consumers: list[Consumer], settings: Settings | None = None) -> list[dict[str, Any]]:
+        from icebatch.core.estimate import estimate_run
+        from icebatch.core.ledger import open_ledger
+
+        s = settings or self.settings
+        out = []
+        for c in consumers:
+            ledger = open_ledger(s, c, control_plane=True)
+            e = estimate_run(ledger.backlog().rows, c, ledger.runs(), s).to_dict()
+            budget = c.budget.max_usd_per_run if c.budget else None
+            self.out(f"    {c.name} (v{c.task_version}): {e['rows']} rows, ~{e['output_tokens']:,} output tokens, "
+                     f"{e['gpu_hours']:.3f} GPU-hours, ${e['usd']:.4f} "
+                     f"(budget per run: {budget}; {e['basis']})")  # fmt: skip
+            out.append(e)
+        return out
+
+    def new_version(self, name: str, budget: float) -> Settings:
+        """A copy of the consumers file whose task ``name`` is one version up, with a smaller budget."""
+        import yaml
+
+        from icebatch.core.consumers import DEFAULT_CONSUMERS_FILE
+
+        source = self.settings.launch.consumers_file or DEFAULT_CONSUMERS_FILE
+        folder = self.settings.home / "demo-consumers"
+        folder.mkdir(parents=True, exist_ok=True)
+        spec = yaml.safe_load(source.read_text())
+        for entry in spec["consumers"]:
+            task = json.loads((source.parent / entry["task"]).read_text())
+            if entry["name"] == name:
+                task["version"] += 1
+                entry["budget"] = {"max_usd_per_run": budget}
+            (folder / Path(entry["task"]).name).write_text(json.dumps(task))
+            entry["task"] = Path(entry["task"]).name
+        (folder / "consumers.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+        return self.settings.with_overrides(consumers_file=folder / "consumers.yaml")
+
+
+def run_demo(settings: Settings, *, tickets: int = 300, batches: int = 5, out: Callable[[str], None] = print) -> int:
+    started = time.monotonic()
+    demo = Demo(settings, out)
+    names = ", ".join(c.name for c in demo.consumers)
+    demo.step(1, "the model")
+    demo.model()
+    demo.step(2, f"{tickets} new support tickets in {batches} commits to {settings.catalog.source_table}")
+    demo.tickets(tickets, batches)
+    demo.step(3, f"the backlog of each consumer ({names}) and its estimate, from Iceberg metadata only")
+    demo.estimates(demo.consumers)
+    demo.step(4, f"one launcher invocation with {SCHEDULE_EVENT.name}: the local backend runs each consumer's job "
+                 "here (progress on stderr, logs under jobs/), each completion event reaches the reporter")  # fmt: skip
+    first = demo.launch()
+    demo.step(5, "the launcher again")
+    second = demo.launch()
+    bumped = demo.consumers[0].name
+    demo.step(6, f"{bumped}'s task gets a new version: a backfill of the whole table, within a budget of $0.01")
+    backfill = demo.new_version(bumped, budget=0.01)
+    estimate = demo.estimates(read_consumers_file(backfill.launch.consumers_file or Path(), backfill)[:1], backfill)
+    third = demo.launch(backfill)
+    ok = (
+        [d["decision"] for d in first] == ["launch"] * len(demo.consumers)
+        and all("completed" in (d.get("submission") or "") for d in first)
+        and all(d["decision"] == "skip" and d["backlog_rows"] == 0 for d in second)
+        and estimate[0]["rows"] == tickets
+        and next(d for d in third if d["consumer"] == bumped)["over_budget"]
+    )
+    minutes = (time.monotonic() - started) / 60
+    if not ok:
+        out(
+            f"\nThe demo did not go as expected after {minutes:.1f} min: see the decisions above and the log on stderr."
+        )
+        return 1
+    out(f"\nDone in {minutes:.1f} min. Results: one table per consumer ({settings.catalog_props()['uri']})")
+    out(f"Reports: {settings.reports_dir}")
+    return 0

@@ -1,0 +1,77 @@
+"""Calling the Lambda handlers on this machine, as `sam local invoke -e FILE` would (without Docker)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icebatch.core.errors import InvalidEventError
+from icebatch.core.settings import Settings
+
+HANDLERS = {
+    "launcher": "icebatch.control.handlers.launcher",
+    "reporter": "icebatch.control.handlers.reporter",
+}
+
+
+@dataclass
+class LocalContext:
+    """The attributes of a Lambda context that Powertools reads."""
+
+    function_name: str
+    memory_limit_in_mb: int = 512
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    log_group_name: str = "/aws/lambda/local"
+    log_stream_name: str = "local"
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:local:000000000000:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 900_000
+
+
+def load_event(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise InvalidEventError(f"event file {path} does not exist") from e
+    except json.JSONDecodeError as e:
+        raise InvalidEventError(f"event file {path} is not JSON: {e.msg} (line {e.lineno}, column {e.colno})") from e
+
+
+def invoke(function: str, event: Any, settings: Settings, *, logs_to_stderr: bool = False) -> dict[str, Any]:
+    """Run a handler with an event, a local context and these settings; returns the handler's response.
+
+    ``logs_to_stderr`` (the CLI and the local bus) sends the handler's structured logs to stderr and
+    leaves out the CloudWatch EMF metric lines, so that stdout carries only what the command prints.
+    """
+    import importlib
+    import os
+    import sys
+
+    # what template.yaml gives every function (the stack's namespace there)
+    os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "icebatch")
+    module = importlib.import_module(HANDLERS[function])
+    context = LocalContext(function_name=f"icebatch-{function}")
+    if not logs_to_stderr:
+        result: dict[str, Any] = module.lambda_handler(event, context, settings=settings)
+        return result
+    handler = getattr(getattr(module, "logger", None), "registered_handler", None)
+    if handler is not None and hasattr(handler, "setStream"):
+        handler.setStream(sys.stderr)
+    previous = os.environ.get("POWERTOOLS_METRICS_DISABLED")
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+    try:
+        result = module.lambda_handler(event, context, settings=settings)
+    finally:
+        if previous is None:
+            os.environ.pop("POWERTOOLS_METRICS_DISABLED", None)
+        else:
+            os.environ["POWERTOOLS_METRICS_DISABLED"] = previous
+    return result

@@ -1,0 +1,306 @@
+"""The embedded default's backend: jobs on this machine, with the same idempotency rules as KubeRay.
+
+Each job has a record ``$ICEBATCH_HOME/jobs/<name>.json``, created exclusively (the analogue of 409
+AlreadyExists). ``ICEBATCH_LOCAL_MODE`` chooses how the job runs:
+
+- ``inprocess`` (default, the demo): ``icebatch_job.job.run_job`` in the launcher's own process; the
+  launch returns when the job has finished.
+- ``ray-jobs``: submitted to a Ray cluster through Ray's job submission API (``ICEBATCH_RAY_ADDRESS``),
+  with the job's name as submission id; the launch returns at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from icebatch.control.backends import JobBackend, Submission
+from icebatch.control.jobs import JobState
+from icebatch.control.rayjob import JobSpec, job_env, labels
+from icebatch.core.errors import ClusterUnavailableError, ConfigError
+from icebatch.core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RAY_ADDRESS = "http://127.0.0.1:8265"
+SUBMIT_PATIENCE_SECONDS = 120
+
+_RAY_STATUS = {  # Ray job status -> (jobDeploymentStatus, jobStatus), as KubeRay reports them
+    "PENDING": ("Initializing", "PENDING"),
+    "RUNNING": ("Running", "RUNNING"),
+    "SUCCEEDED": ("Complete", "SUCCEEDED"),
+    "FAILED": ("Failed", "FAILED"),
+    "STOPPED": ("Complete", "STOPPED"),
+}
+
+
+class LocalBackend(JobBackend):
+    def __init__(self, settings: Settings, *, ray_client: Any = None) -> None:
+        self.settings = settings
+        self.dir = settings.home / "jobs"
+        self._ray_client = ray_client
+
+    # --------------------------------------------------------------------------------------------
+    def list_jobs(self, deployment: str) -> list[JobState]:
+        if not self.dir.exists():
+            return []
+        states = []
+        for path in sorted(self.dir.glob("*.json")):
+            record = _read(path)
+            if record is None or record.get("deployment", "local") != deployment:
+                continue
+            self._refresh(path, record)
+            states.append(_state(record))
+        return states
+
+    def submit(self, manifest: dict[str, Any], spec: JobSpec) -> Submission:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / f"{spec.name}.json"
+        record = {
+            "name": spec.name,
+            "deployment": spec.deployment,
+            "consumer": spec.consumer.name,
+            "run_id": spec.run_id,
+            "from_tag": spec.tag,
+            "attempt": spec.attempt,
+            "mode": self.settings.launch.local_mode,
+            "status": "RUNNING",
+            "pid": os.getpid(),
+            "start_time": _now(),
+            "annotations": dict(manifest["metadata"].get("annotations", {})),
+            "labels": labels(spec.deployment, spec.consumer.name, spec.tag, spec.attempt),
+        }
+        try:
+            with path.open("x") as f:  # exclusive create: the local 409
+                json.dump(record, f)
+        except FileExistsError:
+            return Submission(spec.name, created=False, detail="job record exists")
+        if self.settings.launch.local_mode == "ray-jobs":
+            try:
+                self._submit_ray(spec, record)
+            except BaseException:
+                path.unlink(missing_ok=True)  # nothing was submitted: do not block the name
+                raise
+            _write(path, record)
+            return Submission(spec.name, created=True, detail=f"submitted to Ray at {self._ray_address()}")
+        return Submission(spec.name, created=True, detail="created; runs in-process")
+
+    def start(self, spec: JobSpec) -> str | None:
+        if self.settings.launch.local_mode != "inprocess":
+            return None
+        path = self.dir / f"{spec.name}.json"
+        record = _read(path)
+        assert record is not None
+        return self._run_inprocess(spec, path, record).detail
+
+    def annotate(self, name: str, annotations: dict[str, str]) -> None:
+        path = self.dir / f"{name}.json"
+        record = _read(path)
+        if record is None:
+            return
+        record.setdefault("annotations", {}).update(annotations)
+        _write(path, record)
+
+    def delete(self, name: str) -> None:
+        (self.dir / f"{name}.json").unlink(missing_ok=True)
+
+    # --------------------------------------------------------------------------------------------
+    def _run_inprocess(self, spec: JobSpec, path: Path, record: dict[str, Any]) -> Submission:
+        from icebatch_job.job import JobRequest, run_job
+
+        settings = self.settings.with_overrides(concurrency=spec.gpus, job_consumer=spec.consumer.to_json())
+        request = JobRequest(
+            run_id=spec.run_id,
+            from_snapshot=spec.from_snapshot,
+            to_snapshot=spec.to_snapshot,
+            rayjob_name=spec.name,
+        )
+        log_path = path.with_suffix(".log")  # the job's console, kept as a pod log would be
+        record["log"] = str(log_path)
+
+        def job_log(text: str) -> None:
+            with log_path.open("a") as f:
+                f.write(text + "\n")
+
+        try:
+            result = run_job(settings, request, out=job_log)
+        except BaseException as e:
+            record.update(status="FAILED", reason=type(e).__name__, message=str(e)[:500], end_time=_now())
+            _write(path, record)
+            if isinstance(e, Exception):
+                log.error("local job %s failed: %s", spec.name, e)
+                return Submission(spec.name, created=True, detail=f"ran in-process: failed ({type(e).__name__})")
+            raise
+        record.update(
+            status="SUCCEEDED" if result.status != "conflict" else "STOPPED",
+            end_time=_now(),
+            outcome=result.status,
+        )
+        _write(path, record)
+        return Submission(spec.name, created=True, detail=f"ran in-process: {result.status}")
+
+    def _ray_address(self) -> str:
+        return self.settings.launch.ray_address or DEFAULT_RAY_ADDRESS
+
+    def _client(self) -> Any:
+        if self._ray_client is None:
+            try:
+                from ray.job_submission import JobSubmissionClient
+            except ImportError as e:
+                raise ConfigError("local_mode=ray-jobs needs Ray with its job API (`icebatch[cpu]`)") from e
+            try:
+                self._ray_client = JobSubmissionClient(self._ray_address())
+            except ConnectionError as e:
+                if self.settings.launch.ray_address:
+                    raise ClusterUnavailableError(f"no Ray cluster at {self.settings.launch.ray_address}") from e
+                start_local_head(self.settings)
+                self._ray_client = JobSubmissionClient(self._ray_address())
+        return self._ray_client
+
+    def _submit_ray(self, spec: JobSpec, record: dict[str, Any]) -> None:
+        import shlex
+
+        env = {e["name"]: e["value"] for e in job_env(self.settings, spec, home=str(self.settings.home))}
+        client = self._client()
+        # A head that just started answers before its job agent is ready (HTTP 500). Retry for a bounded
+        # time; the submission id makes a retry idempotent: if the job exists, an earlier attempt landed.
+        deadline = time.monotonic() + SUBMIT_PATIENCE_SECONDS
+        while True:
+            try:
+                client.submit_job(
+                    entrypoint=shlex.join(spec.entrypoint()),
+                    submission_id=spec.name,
+                    runtime_env={"env_vars": env},
+                    metadata={"icebatch.consumer": spec.consumer.name},
+                )
+                return
+            except RuntimeError as e:
+                try:
+                    client.get_job_info(spec.name)
+                    return
+                except Exception:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ClusterUnavailableError(f"Ray did not accept job {spec.name}: {e}") from e
+                log.info("Ray is not ready to accept jobs yet (%s); retrying", e)
+                time.sleep(2)
+
+    def _refresh(self, path: Path, record: dict[str, Any]) -> None:
+        """Bring a RUNNING record up to date (Ray's job status, or a dead in-process owner)."""
+        if record.get("status") not in {"RUNNING", "PENDING"}:
+            return
+        if record.get("mode") == "ray-jobs":
+            try:
+                status = str(self._client().get_job_status(record["name"]))
+            except Exception as e:  # the cluster may be gone; the record keeps its last known state
+                log.warning("could not read Ray job %s: %s", record["name"], e)
+                return
+            status = status.rsplit(".", 1)[-1]
+            if status != record["status"]:
+                record["status"] = status
+                if status in {"SUCCEEDED", "FAILED", "STOPPED"}:
+                    record["end_time"] = _now()
+                _write(path, record)
+        elif not _alive(int(record.get("pid", 0))):
+            record.update(
+                status="FAILED",
+                reason="ProcessDied",
+                message="the launcher process ended mid-job",
+                end_time=_now(),
+            )
+            _write(path, record)
+
+
+def start_local_head(settings: Settings) -> None:
+    """Start a Ray head on 127.0.0.1 (dashboard and job API on :8265); it outlives this process.
+
+    Stop it with `ray stop`. Its temp dir, logs and caches live under ICEBATCH_HOME like the job's.
+    """
+    import subprocess
+    import sys
+
+    from icebatch_job.runtime import job_environment, ray_temp_dir
+
+    env = {**os.environ, **job_environment(settings, device="cpu"), "RAY_AUTH_MODE": "disabled"}
+    bindir = os.path.dirname(sys.executable)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    # Ports other than the dashboard's are picked free: another Ray instance on this machine (a notebook,
+    # a test process) holds the defaults (GCS 6379, dashboard agent 52365), and an agent that cannot bind
+    # leaves the head unable to accept jobs.
+    ports = {
+        name: _free_port()
+        for name in ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+                     "runtime-env-agent-port", "ray-client-server-port")
+    }  # fmt: skip
+    cmd = [
+        sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
+        "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--dashboard-port=8265",
+        *(f"--{name}={port}" for name, port in ports.items()),
+        f"--temp-dir={ray_temp_dir(settings)}", f"--num-cpus={max(4, 2 * (os.cpu_count() or 2))}",
+        "--disable-usage-stats",
+    ]  # fmt: skip
+    log.info("starting a local Ray head: %s", " ".join(cmd))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    if done.returncode != 0:
+        raise ClusterUnavailableError(f"could not start a local Ray head: {done.stderr.strip()[-500:]}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _state(record: dict[str, Any]) -> JobState:
+    deployment, job_status = _RAY_STATUS.get(record.get("status", ""), ("", ""))
+    return JobState(
+        name=record["name"],
+        deployment=record.get("deployment"),
+        consumer=record.get("consumer"),
+        from_tag=record.get("from_tag"),
+        attempt=int(record.get("attempt", 1)),
+        deployment_status=deployment,
+        job_status=job_status,
+        reason=record.get("reason", ""),
+        message=record.get("message", ""),
+        start_time=record.get("start_time"),
+        end_time=record.get("end_time"),
+        annotations=dict(record.get("annotations", {})),
+    )
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(path)

@@ -1,0 +1,97 @@
+"""``python -m icebatch_job``: the data plane's own command line (the RayJob's entrypoint).
+
+The job image carries the core and the data plane only; this is its command line. ``icebatch job run``
+(the full CLI) is the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, IcebatchError, exit_status
+from icebatch.core.settings import Settings
+
+RUN_HELP = "read new rows, label them with the LLM, commit results + watermark"
+RUN_DESCRIPTION = (
+    "Run one job against the configured catalog: plan the range after the consumer's watermark, stream it "
+    "through the LLM, commit the results with the new watermark in one commit, print the INCREMENTAL STATE "
+    "/ BATCH SUMMARY / TOKENOMICS blocks and emit a completion event. With nothing new it prints "
+    "`new tickets : 0` and starts no engine. Exit status: 0 done or nothing new, 5 another run covered the "
+    "range first, 1 failed (a 'Batch Job Failed' event was emitted), 2 bad input or configuration, 3 a "
+    "dependency is unavailable."
+)
+STATUS = {"completed": EXIT_OK, "nothing_new": EXIT_OK, "conflict": EXIT_CONFLICT, "failed": EXIT_FAILED}
+
+
+def snapshot_arg(value: str) -> int | None:
+    """A snapshot id, or ``none`` (before the first snapshot)."""
+    if value == "none":
+        return None
+    if not value.isdigit() or len(value) > 20:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a snapshot id (digits) or `none`")
+    return int(value)
+
+
+def positive_int(value: str) -> int:
+    if not value.isdigit() or not 0 < int(value) <= 10**12:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a positive whole number")
+    return int(value)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--consumer", help="the consumer to run for (needed when several are declared)")
+    p.add_argument("--limit", type=positive_int, help="process at most N rows (whole snapshots, at least one)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary instead of the report")
+    p.add_argument("--run-id", help="run id (the launcher passes one; default: generated)")
+    p.add_argument("--from-snapshot", type=snapshot_arg, default=argparse.SUPPRESS,
+                   help="expected watermark (`none` for the first run); refused if stale")  # fmt: skip
+    p.add_argument("--to-snapshot", type=snapshot_arg, help="last source snapshot to include (default: current)")
+    p.add_argument("--rayjob-name", help="recorded in the events (set by the RayJob)")
+
+
+def run_command(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch_job.job import JobInterrupted, JobRequest, run_job
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise JobInterrupted()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    request = JobRequest(
+        run_id=args.run_id,
+        from_snapshot=getattr(args, "from_snapshot", "watermark"),  # not given: whatever the ledger says
+        to_snapshot=args.to_snapshot,
+        limit=args.limit,
+        rayjob_name=args.rayjob_name,
+        consumer=args.consumer,
+    )
+    result = run_job(settings, request, out=(lambda _text: None) if args.json else print)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str))
+    return STATUS[result.status]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m icebatch_job", description="The icebatch job (data plane).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run = sub.add_parser("run", help=RUN_HELP, description=RUN_DESCRIPTION)
+    add_run_arguments(run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        logging.basicConfig(level=settings.top.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+        return run_command(args, settings)
+    except (IcebatchError, KeyboardInterrupt) as e:
+        status, prefix = exit_status(e)
+        print(f"icebatch-job: {prefix}: {e}", file=sys.stderr)
+        return status

@@ -1,0 +1,17 @@
+"""Column names the pipeline's stages agree on: ours between stages, and those of Ray Data LLM's engine output."""
+
+# ours: added by the prompt (or endpoint) stage, read by the parse stage
+SOURCE_ID = "__icebatch_source_id"
+TRUNCATED = "__icebatch_truncated"
+# what ray.data.llm's vLLM stage reads ...
+TOKENIZED_PROMPT = "tokenized_prompt"
+SAMPLING_PARAMS = "sampling_params"
+# ... and writes (the endpoint stage writes the same)
+GENERATED_TEXT = "generated_text"
+NUM_INPUT_TOKENS = "num_input_tokens"
+NUM_GENERATED_TOKENS = "num_generated_tokens"
+TIME_TAKEN_LLM = "time_taken_llm"
+INFERENCE_ERROR = "__inference_error__"
+
+# the CPU share of the light stages: on 2 cores, whole CPUs for them starve the engine
+SMALL_CPU = 0.1

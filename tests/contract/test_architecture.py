@@ -1,0 +1,128 @@
+"""The house, read as a newcomer would: imports point down, no cycles, short functions, thin handlers.
+
+    tooling (icebatch.tools: CLI, demo, local backend, local bus, invoke)
+        -> control plane (icebatch.control: triggers, gate, launcher, RayJob builder, reconciliation,
+           backends, Lambda handlers)  and  data plane (icebatch_job: the job image)
+            -> core (icebatch.core: settings, consumers, the incremental protocol, contracts, costs, reports)
+
+Every import counts, those inside functions too. Adapters loaded by name from configuration (the local
+backend, the local bus, the local reports: ``icebatch.core.bus.load_adapter``) are not imports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.contract
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = {"icebatch": ROOT / "functions" / "icebatch", "icebatch_job": ROOT / "jobimage" / "icebatch_job"}
+LAYERS = {  # a module may import its own layer and those listed
+    "icebatch.core": {"icebatch.core"},
+    "icebatch.control": {"icebatch.control", "icebatch.core"},
+    "icebatch_job": {"icebatch_job", "icebatch.core"},
+    "icebatch.tools": {"icebatch.tools", "icebatch.control", "icebatch.core", "icebatch_job"},
+}
+MAX_FUNCTION_LINES = 60
+MAX_HANDLER_LINES = 40
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package, folder in SOURCES.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            name = ".".join((package, *parts)).removesuffix(".__init__")
+            out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> str | None:
+    return next((layer for layer in LAYERS if module == layer or module.startswith(layer + ".")), None)
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module if node.level == 0 else ".".join([*module.split(".")[: -node.level], node.module])
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES}
+    return {name for name in found if name.split(".")[0] in SOURCES}
+
+
+GRAPH = {module: {m for m in _imports(path, module) if m in MODULES} for module, path in MODULES.items()}
+
+
+def test_every_module_is_in_a_layer() -> None:
+    stray = [m for m in MODULES if _layer(m) is None and m not in {"icebatch"}]
+    assert stray == [], "put each module in core, control, tools or the data plane"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m)))
+def test_imports_point_down(module: str) -> None:
+    allowed = LAYERS[str(_layer(module))]
+    upward = sorted(
+        m for m in GRAPH[module] if not any(m == a or m.startswith(a + ".") for a in allowed) and m != "icebatch"
+    )
+    assert upward == [], f"{module} imports {upward}"
+
+
+def test_there_is_no_import_cycle() -> None:
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(GRAPH[m]):
+            if n == m or n.startswith(m + "."):
+                continue  # a package and its own submodules
+            if state.get(n) == 1 and not m.startswith(n + "."):
+                return [*stack[stack.index(n) :], n]
+            if n not in state and (cycle := visit(n)):
+                return cycle
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for module in sorted(GRAPH):
+        if module not in state and (cycle := visit(module)):
+            pytest.fail(" -> ".join(cycle))
+
+
+def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    out = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((module, node))
+    return out
+
+
+def _length(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    assert node.end_lineno is not None
+    return node.end_lineno - node.lineno + 1
+
+
+def test_no_function_is_longer_than_sixty_lines() -> None:
+    long = [f"{m}.{f.name}: {_length(f)}" for m, f in _functions() if _length(f) > MAX_FUNCTION_LINES]
+    assert long == []
+
+
+def test_every_lambda_handler_is_thin() -> None:
+    handlers = [(m, f) for m, f in _functions() if f.name == "lambda_handler"]
+    assert {m for m, _ in handlers} >= {
+        "icebatch.control.handlers.launcher",
+        "icebatch.control.handlers.reporter",
+        "icebatch.control.handlers.bucket_events",
+    }
+    fat = [f"{m}: {_length(f)}" for m, f in handlers if _length(f) > MAX_HANDLER_LINES]
+    assert fat == []
