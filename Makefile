@@ -32,12 +32,13 @@ export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 # the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
 export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help env demo test test-fast test-engine test-aws lint sam-venv sam-check format bench lock clean
+.PHONY: help env demo test test-fast test-fault test-engine test-aws lint sam-venv sam-check format bench lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
 	@echo "make test   - lint, type-check and run the test suite (all tiers)"
 	@echo "make test-aws - the production path against AWS APIs (moto) as template.yaml deploys it"
+	@echo "make test-fault - the real job killed (SIGKILL, SIGTERM) at chosen points, resumed after each"
 	@echo "make bench  - run the benchmarks (results in bench/results/)"
 	@echo "make lint   - ruff + mypy only"
 	@echo "make lock   - re-resolve requirements/dev.lock from pyproject.toml"
@@ -87,19 +88,31 @@ sam-check: $(SAM_VENV)/.installed
 	$(SAM) build LauncherFunction --build-dir $(ICEBATCH_CACHE)/sam-build --region us-east-1 >/dev/null
 	@du -sh $(ICEBATCH_CACHE)/sam-build/LauncherFunction | sed 's/^/launcher bundle (unzipped): /'
 
-# Tiers: fast (unit, contract, functional), engine + e2e (real vLLM on CPU), aws (the production path on moto,
-# with the engine too). Each runs in its own process: a native crash in one cannot take the others down.
+# Tiers: fast (unit, contract, functional), fault (the real job killed at chosen points, behind one small
+# vLLM server), engine + e2e (real vLLM on CPU), aws (the production path on moto, with the engine too).
+# Each runs in its own process: a native crash in one cannot take the others down. The fault tier runs
+# beside the fast tier (one small engine against many short tests); its log is printed when both end.
 # The tests transform template.yaml with SAM's own translator, from SAM CLI's virtualenv.
 export SAM_PYTHON := $(SAM_VENV)/bin/python
-FAST := not engine and not e2e and not aws
+FAST := not engine and not e2e and not aws and not fault
+FAULT_LOG := $(ICEBATCH_HOME)/test-fault.log
 
 test: lint sam-check
-	$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS)
+	@mkdir -p $(ICEBATCH_HOME)
+	@echo "== fault tier started beside the fast tier (log: $(FAULT_LOG))"
+	@$(PY) -m pytest -m fault $(PYTEST_ARGS) >$(FAULT_LOG) 2>&1 & fault=$$!; \
+	fast=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || fast=$$?; \
+	rc=0; wait $$fault || rc=$$?; \
+	echo "== fault tier (exit $$rc)"; cat $(FAULT_LOG); \
+	[ $$fast -eq 0 ] && [ $$rc -eq 0 ]
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
 	$(PY) -m pytest -m aws $(PYTEST_ARGS)
 
 test-fast: env $(SAM_VENV)/.installed
 	$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS)
+
+test-fault: env
+	$(PY) -m pytest -m fault $(PYTEST_ARGS)
 
 test-engine: env
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
@@ -111,6 +124,7 @@ bench: env
 	$(PY) -m bench.launcher_weight
 	$(PY) -m bench.backlog_scaling
 	$(PY) -m bench.pipeline_vs_bare --rows 1000
+	$(PY) -m bench.chunk_cost --rows 2000
 	$(PY) -m bench.tokens_per_row
 	$(PY) -m bench.report
 

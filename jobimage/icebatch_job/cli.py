@@ -9,10 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, IcebatchError, exit_status
 from icebatch.core.settings import Settings
@@ -20,11 +18,13 @@ from icebatch.core.settings import Settings
 RUN_HELP = "read new rows, label them with the LLM, commit results + watermark"
 RUN_DESCRIPTION = (
     "Run one job against the configured catalog: plan the range after the consumer's watermark, stream it "
-    "through the LLM, commit the results with the new watermark in one commit, print the INCREMENTAL STATE "
-    "/ BATCH SUMMARY / TOKENOMICS blocks and emit a completion event. With nothing new it prints "
-    "`new tickets : 0` and starts no engine. Exit status: 0 done or nothing new, 5 another run covered the "
-    "range first, 1 failed (a 'Batch Job Failed' event was emitted), 2 bad input or configuration, 3 a "
-    "dependency is unavailable."
+    "through the LLM, commit the results in chunks (ICEBATCH_CHUNK_ROWS; the last one moves the watermark), "
+    "print the INCREMENTAL STATE / BATCH SUMMARY / TOKENOMICS blocks and emit a completion event. With "
+    "nothing new it prints `new tickets : 0` and starts no engine. A run part way through its range (an "
+    "earlier attempt was killed) is resumed: only the rows not yet committed are processed. SIGTERM commits "
+    "the finished rows and exits (a second signal exits at once). Exit status: 0 done or nothing new, 5 "
+    "another run covered the range first, 1 failed (a 'Batch Job Failed' event was emitted; committed rows "
+    "stay), 2 bad input or configuration, 3 a dependency is unavailable, 130 interrupted."
 )
 STATUS = {"completed": EXIT_OK, "nothing_new": EXIT_OK, "conflict": EXIT_CONFLICT, "failed": EXIT_FAILED}
 
@@ -56,12 +56,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch_job.job import JobInterrupted, JobRequest, run_job
+    from icebatch_job.interrupts import Interrupts
+    from icebatch_job.job import JobRequest, run_job
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise JobInterrupted()
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    interrupts = Interrupts(settings.progress.drain_seconds)
+    interrupts.install()
     request = JobRequest(
         run_id=args.run_id,
         from_snapshot=getattr(args, "from_snapshot", "watermark"),  # not given: whatever the ledger says
@@ -70,7 +69,7 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
         rayjob_name=args.rayjob_name,
         consumer=args.consumer,
     )
-    result = run_job(settings, request, out=(lambda _text: None) if args.json else print)
+    result = run_job(settings, request, out=(lambda _text: None) if args.json else print, interrupts=interrupts)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str))
     return STATUS[result.status]

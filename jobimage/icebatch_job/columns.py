@@ -1,5 +1,8 @@
 """Column names the pipeline's stages agree on: ours between stages, and those of Ray Data LLM's engine output."""
 
+# ours: added by the read (which source row: its data file and position), carried through every stage
+SOURCE_FILE = "__icebatch_source_file"
+SOURCE_POS = "__icebatch_source_pos"
 # ours: added by the prompt (or endpoint) stage, read by the parse stage
 SOURCE_ID = "__icebatch_source_id"
 TRUNCATED = "__icebatch_truncated"

@@ -25,7 +25,9 @@ from icebatch_job.columns import (
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
     SMALL_CPU,
+    SOURCE_FILE,
     SOURCE_ID,
+    SOURCE_POS,
     TIME_TAKEN_LLM,
     TRUNCATED,
 )
@@ -82,6 +84,8 @@ class EndpointStage:
         rows = [{c: _py(batch[c][i]) for c in (self.task.id_column, *self.task.input_columns)} for i in range(n)]
         results = asyncio.run(self._all(rows))
         out: dict[str, list[Any]] = {
+            SOURCE_FILE: list(batch[SOURCE_FILE]),
+            SOURCE_POS: list(batch[SOURCE_POS]),
             SOURCE_ID: [str(r[self.task.id_column]) for r in rows],
             TRUNCATED: [],
             GENERATED_TEXT: [],
@@ -158,6 +162,11 @@ def _py(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def endpoint_batch_size(settings: Settings) -> int:
+    """Rows per request batch: enough to keep ``endpoint_concurrency`` requests going."""
+    return max(settings.engine.batch_size, settings.engine.endpoint_concurrency * 4)
+
+
 def build_endpoint_pipeline(
     source: ray.data.Dataset, task: TaskSpec, settings: Settings, *, run_id: str
 ) -> ray.data.Dataset:
@@ -166,7 +175,7 @@ def build_endpoint_pipeline(
     answered = source.map_batches(
         EndpointStage,
         fn_constructor_kwargs={"task": task, "settings": settings},
-        batch_size=max(settings.engine.batch_size, settings.engine.endpoint_concurrency * 4),
+        batch_size=endpoint_batch_size(settings),
         compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=SMALL_CPU,
     )

@@ -1,36 +1,42 @@
-"""The job a RayJob runs: plan the range, run the pipeline, commit, report, emit an event.
+"""The job a RayJob runs: plan (or resume) the range, run the pipeline, commit it in chunks, report.
 
 ``python -m icebatch_job run`` (the RayJob's entrypoint; ``icebatch job run`` by hand, and the local
 backend's in-process call) ends in exactly one of: ``nothing_new`` (no engine started), ``completed``
 ("Batch Job Completed" emitted), ``conflict`` (another run covered the range first; output discarded)
-or ``failed`` ("Batch Job Failed" emitted, including on SIGTERM). A failed run commits nothing: its range
-stays pending. The steps, in order: ``plan`` -> ``start`` -> ``stream`` -> ``commit`` -> ``completed``.
+or ``failed`` ("Batch Job Failed" emitted, including on SIGTERM). The rows a failed attempt committed
+stay committed (``resumable``): the next attempt of the run processes only the rest of its range.
+The steps, in order: ``plan`` -> ``start`` -> ``stream`` (chunks are committed as rows finish) ->
+``commit`` (the last chunk, with the watermark) -> ``completed``.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from icebatch.core.bus import EventPublisher, load_publisher
 from icebatch.core.consumers import Consumer, consumer_named, load_consumers
-from icebatch.core.costs import CostBreakdown, CostInputs, cost_breakdown
 from icebatch.core.errors import IcebatchError, TransientError, WatermarkConflictError
+from icebatch.core.estimate import run_cost
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts, completed_event
+from icebatch.core.failpoints import arm
 from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan, RunTotals, open_ledger
 from icebatch.core.report import completed_text, incremental_state
 from icebatch.core.settings import Settings
 
+from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, load_progress, run_totals
+from icebatch_job.interrupts import Interrupts, JobInterrupted
 from icebatch_job.progress import Progress
 from icebatch_job.results import RunStats, batch_engine_seconds
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyiceberg.manifest import DataFile
 
     from icebatch_job.pipeline import BuiltPipeline
 
@@ -38,10 +44,6 @@ log = logging.getLogger(__name__)
 
 Status = Literal["nothing_new", "completed", "conflict", "failed"]
 Stage = Literal["plan", "start", "inference", "write", "commit"]
-
-
-class JobInterrupted(BaseException):
-    """SIGTERM (pod eviction, RayJob deadline, Ctrl-C): stop, report, commit nothing."""
 
 
 @dataclass(frozen=True)
@@ -96,14 +98,22 @@ class JobResult:
 
 @dataclass
 class EngineTiming:
-    engine_seconds: float = 0.0  # the streaming LLM stage's wall time
+    started: float | None = None  # when the pipeline started executing (monotonic)
+    ended: float | None = None
     first_result_seconds: float = 0.0
     startup_seconds: float = 0.0  # the first result's arrival less its batch's engine time
+
+    @property
+    def engine_seconds(self) -> float:
+        """The streaming LLM stage's wall time so far."""
+        if self.started is None:
+            return 0.0
+        return (self.ended or time.monotonic()) - self.started
 
 
 @dataclass
 class JobRun:
-    """One run's state, handed from step to step."""
+    """One attempt's state, handed from step to step."""
 
     settings: Settings
     consumer: Consumer
@@ -111,52 +121,37 @@ class JobRun:
     publisher: EventPublisher
     out: Callable[[str], None]
     ledger: ResultsLedger
+    interrupts: Interrupts | None = None
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
-    t0: float = field(default_factory=time.monotonic)
     stage: Stage = "plan"
     plan: RunPlan | None = None
-    stats: RunStats | None = None
+    attempt: Attempt = field(default_factory=lambda: Attempt(1, secrets.token_hex(4)))
+    committer: ChunkCommitter | None = None
     timing: EngineTiming = field(default_factory=EngineTiming)
     device: str = "-"
     model: str = "-"
-    exact_rows: int | None = None  # rows the range holds, when known exactly (no delete files apply)
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.t0
+        return self.attempt.seconds
 
-    def totals(self) -> RunTotals:
-        assert self.stats is not None
-        return self.stats.totals(
+    def totals(self, stats: RunStats, redone: int) -> RunTotals:
+        """The run's totals so far (``chunks.run_totals``), with what this attempt measured."""
+        assert self.plan is not None
+        return run_totals(
+            self.plan,
+            stats,
+            redone,
+            attempt_seconds=self.elapsed,
             engine_seconds=self.timing.engine_seconds,
+            started_at=self.started.isoformat(),
             first_result_seconds=self.timing.first_result_seconds,
             engine_startup_seconds=self.timing.startup_seconds,
-            job_seconds=self.elapsed,
             model=self.model,
             device=self.device,
             gpus=self.settings.engine.concurrency,
             billing=self.settings.billing(),
-            started_at=self.started.isoformat(),
             rayjob_name=self.request.rayjob_name or "",
-        )
-
-    def cost(self) -> CostBreakdown:
-        s, stats, billing = self.settings, self.stats, self.settings.billing()
-        tail = s.top.backend == "kuberay"
-        return cost_breakdown(
-            CostInputs(
-                rows=stats.rows if stats else 0,
-                input_tokens=stats.input_tokens if stats else 0,
-                output_tokens=stats.output_tokens if stats else 0,
-                engine_seconds=self.timing.engine_seconds,
-                job_seconds=self.elapsed,
-                gpus=s.engine.concurrency,
-                hourly_rate=billing.usd_per_hour,
-                instance_type=billing.instance_type,
-                rate_source=billing.source,
-                ttl_seconds=s.cluster.job_ttl_seconds if tail else 0,
-                consolidate_seconds=s.cluster.karpenter_consolidate_seconds if tail else 0,
-            )
         )
 
 
@@ -166,19 +161,25 @@ def run_job(
     *,
     publisher: EventPublisher | None = None,
     out: Callable[[str], None] = print,
+    interrupts: Interrupts | None = None,
 ) -> JobResult:
-    """Run one job end to end. Raises on failure after emitting "Batch Job Failed"."""
+    """Run one attempt end to end. Raises on failure after emitting "Batch Job Failed".
+
+    ``interrupts`` (the command line's) makes SIGTERM commit the finished rows before the job stops.
+    """
     request = request or JobRequest()
     consumer = consumer_named(load_consumers(settings), request.consumer)
+    arm(settings.progress.failpoint, settings.home)
     run = JobRun(
-        settings, consumer, request, publisher or load_publisher(settings), out, open_ledger(settings, consumer)
-    )
+        settings, consumer, request, publisher or load_publisher(settings), out, open_ledger(settings, consumer),
+        interrupts,
+    )  # fmt: skip
     try:
         if not plan(run):
             return JobResult("nothing_new")
         built = start(run)
-        files = stream(run, built)
-        commit = commit_run(run, files)
+        stream(run, built)
+        commit = commit_run(run)
         return completed(run, commit)
     except WatermarkConflictError as e:
         failed = failed_event(run, e, retryable=False)
@@ -220,88 +221,120 @@ def plan(run: JobRun) -> bool:
             snapshots=p.snapshots,
         )
     )
+    if p.resume is not None:
+        run.attempt = Attempt(p.resume.attempts + 1, run.attempt.id, run.attempt.started)
+        run.out(f"resuming {p.resume.describe()}; attempt {run.attempt.number} does the other "
+                f"{p.resume.rows_remaining:,}")  # fmt: skip
     return True
 
 
 def start(run: JobRun) -> BuiltPipeline:
-    """Ray, the read of the range, and the pipeline (the engine starts as the pipeline executes)."""
+    """Ray, what is already done, the read of the rest of the range, and the pipeline (the engine starts
+    as the pipeline executes)."""
     from icebatch_job.model import resolve_model
-    from icebatch_job.pipeline import build_pipeline
+    from icebatch_job.pipeline import build_pipeline, in_flight_rows
     from icebatch_job.runtime import detect_device, init_ray, prepare_environment
-    from icebatch_job.source import read_dataset
+    from icebatch_job.source import Failpoint, plan_range, read_dataset
+    from icebatch_job.window import RowWindow, commit_every, gate
 
     run.stage = "start"
     s, task, p = run.settings, run.consumer.task, run.plan
     assert p is not None
     engine = s.engine
+    every = commit_every(s.progress.chunk_rows, in_flight_rows(s))  # a chunk too small fails before any work
     run.model = (
         resolve_model(s, run.consumer) if engine.engine_mode == "engine" else (engine.endpoint_model or "endpoint")
     )
     init_ray(s, prepare_environment(s, device=engine.device if engine.device != "auto" else "cpu", model=run.model))
+    if run.interrupts is not None:
+        run.interrupts.install()  # again: ray.init sets its own SIGTERM handler
     run.device = detect_device(s)
-    source, run.exact_rows = read_dataset(run.ledger.source(), p, (task.id_column, *task.input_columns))
+    planned = plan_range(run.ledger.source(), p, (task.id_column, *task.input_columns))
+    progress = load_progress(run.ledger, p, task)
+    window = RowWindow(s.progress.chunk_rows)
+    run.committer = ChunkCommitter(
+        run.ledger, p, task,
+        start=progress,
+        range_rows=planned.rows,
+        policy=ChunkPolicy(every, s.progress.chunk_seconds, engine.max_inference_error_rate),
+        attempt=run.attempt,
+        totals=run.totals,
+        guard=run.interrupts.critical if run.interrupts else nullcontext,
+        release=window.release,
+    )  # fmt: skip
+    source = read_dataset(planned, progress.done, fp=Failpoint(s.progress.failpoint, s.home))
+    source = gate(source, window, engine.batch_size)
     built = build_pipeline(source, task, s, run_id=p.run_id, model=run.model, device=run.device)
     run.model = built.model_name
     return built
 
 
-def stream(run: JobRun, built: BuiltPipeline) -> list[DataFile]:
-    """Stream result rows into (uncommitted) data files, with progress on stderr."""
-    from icebatch_job.runner import write_results
+def stream(run: JobRun, built: BuiltPipeline) -> None:
+    """Stream result rows into chunks, committed as they fill, with progress on stderr.
 
-    assert run.plan is not None
-    run.stats = RunStats(run.consumer.task.label_fields)
-    progress = Progress(run.plan.expected_rows)
-    progress.note(f"run {run.plan.run_id}: {run.plan.expected_rows:,} rows, model {run.model} ({run.device})")
+    If the pipeline fails or a signal stops it, the rows already finished are committed before the
+    error goes on (the next attempt does not redo them).
+    """
+    committer, p = run.committer, run.plan
+    assert committer is not None and p is not None
+    todo = committer.range_rows - len(committer.done)
+    progress = Progress(todo)
+    progress.note(f"run {p.run_id}: {todo:,} rows, model {run.model} ({run.device}), "
+                  f"chunks of {run.settings.progress.chunk_rows:,}")  # fmt: skip
+    run.stage = "inference"
+    run.timing.started = time.monotonic()
+    try:
+        for item in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+            batch = cast("pa.Table", item)
+            if not run.timing.first_result_seconds:
+                run.timing.first_result_seconds = time.monotonic() - run.timing.started
+                run.timing.startup_seconds = max(0.0, run.timing.first_result_seconds - batch_engine_seconds(batch))
+            progress.advance(batch.num_rows)
+            committer.add(batch)
+    except (Exception, JobInterrupted) as e:
+        run.timing.ended = time.monotonic()
+        progress.close()
+        drain(run, e)
+        raise
+    run.timing.ended = time.monotonic()
+    progress.close()
 
-    def results() -> Iterator[pa.RecordBatch]:
-        run.stage = "inference"
-        t_engine = time.monotonic()
-        try:
-            for batch in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-                if not run.timing.first_result_seconds:
-                    run.timing.first_result_seconds = time.monotonic() - t_engine
-                    run.timing.startup_seconds = max(0.0, run.timing.first_result_seconds - batch_engine_seconds(batch))
-                for b in cast("pa.Table", batch).to_batches():
-                    progress.advance(b.num_rows)
-                    yield b
-        finally:
-            run.timing.engine_seconds = time.monotonic() - t_engine
-            progress.close()
-        run.stage = "write"
 
-    return write_results(run.ledger, run.consumer.task, results(), run.stats)
-
-
-def commit_run(run: JobRun, files: list[DataFile]) -> CommitResult:
-    """Results and the new watermark, one commit (after the row count and error rate are checked)."""
-    from icebatch_job.runner import commit_results
-
+def drain(run: JobRun, error: BaseException) -> None:
+    """Commit the finished rows of a stopping attempt, unless committing is what failed."""
+    committer = run.committer
+    if committer is None or not committer.held or isinstance(error, IcebatchError):
+        return
     run.stage = "commit"
-    assert run.plan is not None and run.stats is not None
-    return commit_results(
-        run.ledger,
-        run.plan,
-        files,
-        run.stats,
-        run.totals(),
-        exact_rows=run.exact_rows,
-        max_inference_error_rate=run.settings.engine.max_inference_error_rate,
-    )
+    try:
+        committed = committer.drain()
+        log.warning("stopping (%s): committed the %d rows this attempt had finished", type(error).__name__, committed)
+    except Exception as e:  # the original error is what the report is about
+        log.error("stopping (%s): could not commit the finished rows: %r", type(error).__name__, e)
+
+
+def commit_run(run: JobRun) -> CommitResult:
+    """The last chunk, with the watermark (once every row of the range has its result row)."""
+    run.stage = "commit"
+    assert run.committer is not None
+    return run.committer.finish()
 
 
 def completed(run: JobRun, commit: CommitResult) -> JobResult:
     """The report on the console, and "Batch Job Completed" on the bus."""
-    assert run.plan is not None and run.stats is not None
+    c = run.committer
+    assert run.plan is not None and c is not None
+    totals = run.totals(c.stats, c.redone)
     event = completed_event(
         run.plan,
-        run.totals(),
+        totals,
         deployment=run.settings.top.deployment,
-        rows_by_status=dict(run.stats.statuses),
-        labels=run.stats.label_breakdown(),
-        cost=run.cost(),
+        rows_by_status=dict(c.stats.statuses),
+        labels=c.stats.label_breakdown(),
+        cost=run_cost(totals, run.settings),
         ledger_snapshot_id=commit.ledger_snapshot_id,
         finished_at=datetime.now(UTC),
+        chunks=c.chunks,
     )
     run.out(completed_text(event, include_state=False))
     publish(run.publisher, event)
@@ -309,10 +342,13 @@ def completed(run: JobRun, commit: CommitResult) -> JobResult:
 
 
 def failed_event(run: JobRun, error: BaseException, *, retryable: bool) -> BatchJobFailed:
-    p, stats = run.plan, run.stats
+    p, c = run.plan, run.committer
+    committed = len(c.done) if c else (p.resume.rows_committed if p and p.resume else 0)
     reason = str(error) or type(error).__name__
-    if isinstance(error, (KeyboardInterrupt, JobInterrupted)):
-        reason = "interrupted (SIGTERM/SIGINT): nothing was committed"
+    if isinstance(error, KeyboardInterrupt):
+        mine = c.committed if c else 0
+        reason = f"interrupted (signal): this attempt committed {mine} rows; {committed} of the range are committed"
+    totals = run.totals(c.stats, c.redone) if c else None
     return BatchJobFailed(
         deployment=run.settings.top.deployment,
         run_id=p.run_id if p else run.request.run_id,
@@ -327,11 +363,14 @@ def failed_event(run: JobRun, error: BaseException, *, retryable: bool) -> Batch
         error_type=type(error).__name__,
         stage="commit" if isinstance(error, WatermarkConflictError) else run.stage,
         retryable=retryable,
-        rows_processed=stats.rows if stats else 0,
-        tokens=TokenCounts(input=stats.input_tokens, output=stats.output_tokens) if stats else None,
+        resumable=p is not None and not isinstance(error, WatermarkConflictError),
+        attempt=run.attempt.number,
+        rows_processed=c.received if c else 0,
+        rows_committed=committed,
+        tokens=TokenCounts(input=totals.input_tokens, output=totals.output_tokens) if totals else None,
         engine_seconds=run.timing.engine_seconds,
         job_seconds=run.elapsed,
-        cost=run.cost() if p else None,
+        cost=run_cost(totals, run.settings) if totals else None,
         rayjob_name=run.request.rayjob_name,
         started_at=run.started,
         failed_at=datetime.now(UTC),

@@ -12,7 +12,9 @@ from icebatch_job.columns import (
     INFERENCE_ERROR,
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
+    SOURCE_FILE,
     SOURCE_ID,
+    SOURCE_POS,
     TIME_TAKEN_LLM,
     TRUNCATED,
 )
@@ -38,6 +40,8 @@ class ParseStage:
         rows = [
             result_row(
                 source_id=r[SOURCE_ID],
+                source_file=r[SOURCE_FILE],
+                source_pos=r[SOURCE_POS],
                 run_id=self.run_id,
                 task=self.task,
                 processed_at=now,

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROMPT_STAGE_MEMORY = 512 * 1024**2  # a tokenizer and its batch (measured ~310 MiB with the tiny model)
+MAX_CONCURRENT_BATCHES = 4  # batches each engine replica works on at once (ray.data.llm's max_concurrent_batches)
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def processor_config(cfg: EngineConfig) -> Any:
         detokenize_stage=False,  # vLLM detokenizes the output itself
         should_continue_on_error=True,  # a failed row becomes an inference_error row, not a failed job
         log_engine_metrics=True,  # vLLM's metrics on Ray's Prometheus endpoint (jobimage/k8s/podmonitor.yaml)
-        max_concurrent_batches=4,
+        max_concurrent_batches=MAX_CONCURRENT_BATCHES,
         **extra,
     )
 
@@ -148,6 +149,21 @@ def build_engine_pipeline(
 class BuiltPipeline:
     dataset: ray.data.Dataset
     model_name: str
+
+
+def in_flight_rows(settings: Settings) -> int:
+    """Rows the pipeline needs between the read and the job to keep the engine busy (``icebatch_job.window``).
+
+    In-job engine: each replica's concurrent batches, plus a batch being filled by each batching stage
+    (prompt, engine, parse). Endpoint: the batch being answered and the one queued behind it, plus the
+    parse stage's batch.
+    """
+    e = settings.engine
+    if e.engine_mode == "endpoint":
+        from icebatch_job.endpoint import endpoint_batch_size
+
+        return 2 * endpoint_batch_size(settings) + e.batch_size
+    return e.batch_size * (MAX_CONCURRENT_BATCHES * e.concurrency + 3)
 
 
 def build_pipeline(

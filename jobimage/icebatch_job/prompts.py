@@ -12,7 +12,7 @@ from typing import Any
 
 from icebatch.core.task import TaskSpec
 
-from icebatch_job.columns import SAMPLING_PARAMS, SOURCE_ID, TOKENIZED_PROMPT, TRUNCATED
+from icebatch_job.columns import SAMPLING_PARAMS, SOURCE_FILE, SOURCE_ID, SOURCE_POS, TOKENIZED_PROMPT, TRUNCATED
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,8 @@ class PromptStage:
             prompts.append(p.token_ids)
             truncated.append(p.truncated)
         return {
+            SOURCE_FILE: list(batch[SOURCE_FILE]),
+            SOURCE_POS: list(batch[SOURCE_POS]),
             SOURCE_ID: [str(x) for x in batch[self.builder.task.id_column]],
             TRUNCATED: truncated,
             TOKENIZED_PROMPT: prompts,

@@ -7,8 +7,9 @@ Every source row of a run becomes exactly one result row with an explicit ``stat
   ``error`` says why). Never turned into a made-up label.
 - ``inference_error``: the engine or endpoint failed for this row (``error`` holds the message).
 
-Rows are written into data files as they stream in; the files only become visible with the ledger
-commit (``icebatch.core.ledger.ResultsLedger.commit``), together with the new watermark.
+Each row names its source row (``source_file``, ``source_pos``: which data file, which position), so the
+ledger knows exactly which source rows are done. A chunk's rows are written into data files that only
+become visible with its ledger commit (``icebatch.core.ledger.ResultsLedger.commit_chunk``).
 """
 
 from __future__ import annotations
@@ -32,14 +33,17 @@ STATUS_OK = "ok"
 STATUS_INVALID = "invalid_output"
 STATUS_ERROR = "inference_error"
 STATUSES = (STATUS_OK, STATUS_INVALID, STATUS_ERROR)
+# what RunStats reads of a result row (with the task's label columns)
+STATS_COLUMNS = ("status", "error", "num_input_tokens", "num_generated_tokens", "input_truncated", "llm_seconds")
 
 
 def _system_fields() -> list[Any]:
-    """The results table's own columns, in order (field ids 1..13): the one declaration of them."""
+    """The results table's own columns, in order (field ids 1..15): the one declaration of them."""
     from pyiceberg.types import (
         BooleanType,
         DoubleType,
         IntegerType,
+        LongType,
         NestedField,
         StringType,
         TimestamptzType,
@@ -59,6 +63,8 @@ def _system_fields() -> list[Any]:
         NestedField(11, "processed_at", TimestamptzType(), required=True),
         NestedField(12, "task", StringType(), required=True, doc="Task that labelled the row"),
         NestedField(13, "task_version", IntegerType(), required=True, doc="Version of the task (a backfill each)"),
+        NestedField(14, "source_file", StringType(), required=False, doc="Source data file holding the row"),
+        NestedField(15, "source_pos", LongType(), required=False, doc="Position of the row in that file"),
     ]
 
 
@@ -103,7 +109,7 @@ class RunStats:
     labels: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     first_error: str | None = None  # the first inference_error message (for the failure report)
 
-    def observe(self, batch: pa.RecordBatch) -> None:
+    def observe(self, batch: pa.RecordBatch | pa.Table) -> None:
         import pyarrow.compute as pc
 
         self.rows += batch.num_rows
@@ -173,6 +179,8 @@ def write_data_files(table: Table, schema: pa.Schema, batches: Iterable[pa.Recor
 def result_row(
     *,
     source_id: Any,
+    source_file: str | None,
+    source_pos: int | None,
     run_id: str,
     task: TaskSpec,
     processed_at: Any,
@@ -194,6 +202,8 @@ def result_row(
         status = STATUS_OK if verdict is not None else STATUS_INVALID
     row: dict[str, Any] = {
         "source_id": str(source_id),
+        "source_file": source_file,
+        "source_pos": source_pos,
         "run_id": run_id,
         "task": task.name,
         "task_version": task.version,

@@ -1,23 +1,30 @@
-"""Reading exactly the rows of a pinned range: (from_snapshot_exclusive, to_snapshot_inclusive].
+"""Reading exactly the rows of a pinned range, (from_snapshot_exclusive, to_snapshot_inclusive], not yet done.
 
-Two forms over the same plan (pyiceberg's ``incremental_append_scan``), both streaming:
+Planning happens once, here on the driver (pyiceberg's ``incremental_append_scan``: it reads manifest
+lists, never data files; Ray's own ``read_iceberg`` has no incremental option). Every row read carries
+its name: the data file it comes from and its position in that file (``SOURCE_FILE``/``SOURCE_POS``);
+rows a ``DoneRows`` names are skipped. Two forms over the same planned files, both streaming:
 
-- ``iter_batches``: Arrow record batches in this process.
-- ``read_dataset``: a Ray dataset whose read tasks each scan a share of the planned files. Planning
-  happens once, here on the driver (it reads manifest lists, never data files); Ray's own
-  ``read_iceberg`` has no incremental option.
+- ``iter_batches``: Arrow tables in this process.
+- ``read_dataset``: a Ray dataset whose read tasks each scan a share of the planned files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray.data
+from icebatch.core.failpoints import arm, failpoint
 from icebatch.core.ledger import RunPlan
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
+
+from icebatch_job.columns import SOURCE_FILE, SOURCE_POS
+from icebatch_job.done import DoneRows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,119 +33,158 @@ if TYPE_CHECKING:
 _INFLATION = 5  # Parquet on disk -> Arrow in memory, a rough planning factor
 
 
-def _scan(table: Table, plan: RunPlan, columns: tuple[str, ...] | None) -> Any:
-    return table.incremental_append_scan(
+@dataclass(frozen=True)
+class Failpoint:
+    """The job's failpoint, handed to its read tasks (they run in other processes)."""
+
+    spec: str | None
+    home: Path
+
+
+@dataclass(frozen=True)
+class PlannedRange:
+    """The source data files of a pinned range, in a fixed order (path), and what to read of them."""
+
+    tasks: tuple[FileScanTask, ...]
+    schema: Any  # the projected pyiceberg schema
+    metadata: Any
+    io: Any
+
+    @property
+    def rows(self) -> int:
+        """Source rows the range holds (incremental append scans plan no delete files)."""
+        return sum(t.file.record_count for t in self.tasks)
+
+
+def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = None) -> PlannedRange:
+    scan = table.incremental_append_scan(
         from_snapshot_id_exclusive=plan.scan_from_exclusive,
         to_snapshot_id_inclusive=plan.to_snapshot_inclusive,
         selected_fields=columns or ("*",),
     )
+    tasks = sorted(scan.plan_files(), key=lambda t: t.file.file_path)
+    for t in tasks:
+        if t.delete_files:  # positions would not name rows; pyiceberg plans none for append scans
+            raise NotImplementedError(f"{t.file.file_path} has delete files; an append range cannot have them")
+    return PlannedRange(tuple(tasks), scan.projection(), table.metadata, table.io)
 
 
-def iter_batches(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
-    """The range's rows as Arrow batches, one file at a time."""
-    reader = _scan(table, plan, columns).to_arrow_batch_reader()
-    yield from reader
+def _read_files(
+    tasks: Iterable[FileScanTask], metadata: Any, io: Any, schema: Any, done: DoneRows, fp: Failpoint | None = None
+) -> Iterable[pa.Table]:
+    """Each file's rows in file order, with their names, less the rows already done."""
+    import numpy as np
+    import pyarrow as pa
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
+
+    if fp is not None:
+        arm(fp.spec, fp.home)
+    target = schema_to_pyarrow(schema, include_field_ids=False)
+    scan = ArrowScan(table_metadata=metadata, io=io, row_filter=AlwaysTrue(), projected_schema=schema)
+    for task in tasks:
+        failpoint("read")
+        path = task.file.file_path
+        skip = done.positions(path)
+        start = 0
+        for batch in scan.to_record_batches(tasks=(task,)):
+            positions = np.arange(start, start + batch.num_rows, dtype=np.int64)
+            start += batch.num_rows
+            rows = pa.Table.from_batches([batch]).cast(target)
+            rows = rows.append_column(SOURCE_FILE, pa.array([path] * len(positions), pa.string()))
+            rows = rows.append_column(SOURCE_POS, pa.array(positions))
+            if skip is not None:
+                rows = rows.filter(pa.array(~np.isin(positions, skip)))
+            if rows.num_rows:
+                yield rows
+        if start != task.file.record_count:
+            raise RuntimeError(f"{path} yielded {start} rows, its manifest says {task.file.record_count}")
+
+
+def iter_batches(
+    table: Table, plan: RunPlan, columns: tuple[str, ...] | None = None, *, done: DoneRows | None = None
+) -> Iterator[pa.Table]:
+    """The range's rows not yet done, as Arrow tables, one file at a time, in this process."""
+    planned = plan_range(table, plan, columns)
+    yield from _read_files(planned.tasks, planned.metadata, planned.io, planned.schema, done or DoneRows())
 
 
 READ_CONCURRENCY = 2
 
 
 def read_dataset(
-    table: Table,
-    plan: RunPlan,
-    columns: tuple[str, ...] | None = None,
+    planned: PlannedRange,
+    done: DoneRows,
     *,
     parallelism: int = -1,
     num_cpus: float = 0.25,
     concurrency: int = READ_CONCURRENCY,
-) -> tuple[ray.data.Dataset, int | None]:
-    """The range's rows as a streaming Ray dataset, and their exact count when known (no deletes apply).
+    fp: Failpoint | None = None,
+) -> ray.data.Dataset:
+    """The range's rows not yet done, as a streaming Ray dataset.
 
     Read tasks ask for a fraction of a CPU: they are I/O-bound, and a whole CPU each can leave nothing for
     the engine's bundle on a small node. Few run at once (``concurrency``): one Parquet reader outpaces a
     GPU's generation by orders of magnitude, and each extra reader is another Ray worker process starting
     (importing pyarrow and pyiceberg) while the engine starts.
     """
-    source = IncrementalIcebergDatasource(table, plan, columns)
+    source = IncrementalIcebergDatasource(planned, done, fp)
     # never more than there are read tasks: Ray warns about a limit the read cannot reach
     tasks = source.file_count if parallelism < 1 else min(parallelism, source.file_count)
     readers = max(1, min(concurrency, tasks))
-    dataset = ray.data.read_datasource(source, override_num_blocks=parallelism, num_cpus=num_cpus, concurrency=readers)
-    return dataset, source.exact_rows
-
-
-def _read_files(tasks: list[FileScanTask], metadata: Any, io: Any, schema: Any) -> Iterable[pa.Table]:
-    import pyarrow as pa
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
-
-    target = schema_to_pyarrow(schema, include_field_ids=False)
-    scan = ArrowScan(table_metadata=metadata, io=io, row_filter=AlwaysTrue(), projected_schema=schema)
-    for task in tasks:
-        for batch in scan.to_record_batches(tasks=(task,)):
-            yield pa.Table.from_batches([batch]).cast(target)
+    return ray.data.read_datasource(source, override_num_blocks=parallelism, num_cpus=num_cpus, concurrency=readers)
 
 
 class IncrementalIcebergDatasource(Datasource):
-    """Ray datasource over the files an incremental append scan planned (position deletes honoured)."""
+    """Ray datasource over the files an incremental append scan planned, less the rows already done."""
 
-    def __init__(self, table: Table, plan: RunPlan, columns: tuple[str, ...] | None = None) -> None:
+    def __init__(self, planned: PlannedRange, done: DoneRows, fp: Failpoint | None = None) -> None:
         super().__init__()
-        scan = _scan(table, plan, columns)
-        self._tasks: list[FileScanTask] = list(scan.plan_files())
-        self._schema = scan.projection()
-        self._metadata = table.metadata
-        self._io = table.io
+        self._planned = planned
+        self._done = done
+        self._fp = fp
 
     @property
     def file_count(self) -> int:
-        return len(self._tasks)
-
-    @property
-    def exact_rows(self) -> int | None:
-        return _exact_rows(self._tasks)
+        return len(self._planned.tasks)
 
     def estimate_inmemory_data_size(self) -> int | None:
-        return sum(t.file.file_size_in_bytes for t in self._tasks) * _INFLATION
+        return sum(t.file.file_size_in_bytes for t in self._planned.tasks) * _INFLATION
 
     def get_read_tasks(
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
     ) -> list[ReadTask]:
+        import pyarrow as pa
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-        if not self._tasks:
+        p = self._planned
+        if not p.tasks:
             return []
-        n = max(1, min(parallelism, len(self._tasks)))
-        chunks: list[list[FileScanTask]] = [[] for _ in range(n)]
-        for i, task in enumerate(sorted(self._tasks, key=lambda t: t.file.file_path)):
-            chunks[i % n].append(task)
-        arrow_schema = schema_to_pyarrow(self._schema, include_field_ids=False)
+        n = max(1, min(parallelism, len(p.tasks)))
+        shares: list[list[FileScanTask]] = [[] for _ in range(n)]
+        for i, task in enumerate(p.tasks):
+            shares[i % n].append(task)
+        arrow_schema = (
+            schema_to_pyarrow(p.schema, include_field_ids=False)
+            .append(pa.field(SOURCE_FILE, pa.string()))
+            .append(pa.field(SOURCE_POS, pa.int64()))
+        )
         read_tasks = []
-        for chunk in chunks:
-            exact = not any(t.delete_files for t in chunk)
+        for share in shares:
+            paths = [t.file.file_path for t in share]
+            done = self._done.only(paths)
             meta = BlockMetadata(
-                num_rows=sum(t.file.record_count for t in chunk) if exact else None,
-                size_bytes=sum(t.file.file_size_in_bytes for t in chunk) * _INFLATION,
-                input_files=tuple(t.file.file_path for t in chunk),
+                num_rows=sum(t.file.record_count for t in share) - len(done),
+                size_bytes=sum(t.file.file_size_in_bytes for t in share) * _INFLATION,
+                input_files=tuple(paths),
                 exec_stats=None,
             )
             read_tasks.append(
                 ReadTask(
-                    partial(_read_files, chunk, self._metadata, self._io, self._schema),
+                    partial(_read_files, share, p.metadata, p.io, p.schema, done, self._fp),
                     meta,
                     schema=arrow_schema,
                     per_task_row_limit=per_task_row_limit,
                 )
             )
         return read_tasks
-
-
-def exact_row_count(table: Table, plan: RunPlan) -> int | None:
-    """Rows the range holds, from the planned files; None when delete files make it inexact."""
-    return _exact_rows(list(_scan(table, plan, None).plan_files()))
-
-
-def _exact_rows(tasks: list[FileScanTask]) -> int | None:
-    if any(t.delete_files for t in tasks):
-        return None
-    return sum(t.file.record_count for t in tasks)

@@ -145,8 +145,10 @@ def test_ledger_runs_and_reset(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path)
     run = run_once(open_ledger(settings, triage(settings)))
     assert run is not None
-    runs = json.loads(icebatch(tmp_path, "ledger", "runs", "--json").stdout)
+    listed = json.loads(icebatch(tmp_path, "ledger", "runs", "--json").stdout)
+    runs = listed["runs"]
     assert [(r["consumer"], r["run_id"]) for r in runs] == [("triage", run.plan.run_id)] and runs[0]["rows"] == 10
+    assert listed["in_progress"] == [] and runs[0]["chunks"] == 1
     icebatch(tmp_path, "generate", "--tickets", "5")
     [backlog] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "triage", "--json").stdout)
     reset = icebatch(tmp_path, "ledger", "reset", "--consumer", "triage", "--to-snapshot",

@@ -34,6 +34,7 @@ from icebatch_job.tickets import append_tickets, ensure_source_table, generate_t
 from tests.support.aws import REGION, client
 from tests.support.consumers import consumers_file
 from tests.support.k8s_api import RayJobApi, sts_token_verifier
+from tests.support.runs import Crash, dies_after, run_once
 
 pytestmark = pytest.mark.functional
 EVENTS = Path(__file__).resolve().parents[2] / "sam" / "events"
@@ -243,6 +244,35 @@ def test_after_a_failed_job_the_next_trigger_launches_again_until_max_attempts(
     third = decide(s, event("schedule.json"))
     assert third["decision"] == "skip" and "2 attempts from this watermark failed" in third["reason"]
     assert len(k8s.names()) == 2
+
+
+def test_a_run_killed_part_way_is_resumed_by_the_next_trigger_whatever_the_threshold(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    # given a launched run of 60 rows whose job committed 2 chunks (20 rows) and was then killed
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 500}, max_attempts=2)
+    tickets(s, 60)
+    first = decide(s, event("manual-force.json"))
+    ledger = ResultsLedger(open_catalog(s), load_consumers(s)[0])
+    plan = ledger.plan(run_id=first["run_id"], to_snapshot_inclusive=first["current_snapshot_id"])
+    with pytest.raises(Crash):
+        run_once(ledger, plan=plan, chunk_rows=10, transform=dies_after(25))
+    k8s.set_status(first["job_name"], jobDeploymentStatus="Failed", jobStatus="FAILED", reason="AppFailed")
+    # when a few more rows arrive (far below the threshold)
+    tickets(s, 5, seed=9)
+    second = decide(s, event("glue-table-change.json"))
+    # then the next attempt of the same run is launched, over the same pinned range
+    assert second["decision"] == "launch", second["reason"]
+    assert second["reason"] == f"resume run {first['run_id']}: 20 of 60 rows committed in 2 chunks by 1 attempt"
+    assert (second["run_id"], second["attempt"]) == (first["run_id"], 2)
+    entrypoint = second["manifest"]["spec"]["entrypoint"]
+    assert f"--run-id {first['run_id']}" in entrypoint and f"--to-snapshot {first['current_snapshot_id']}" in entrypoint
+    # and when that attempt fails too, the launcher stops and says where the run is stuck
+    k8s.set_status(second["job_name"], jobDeploymentStatus="Failed", jobStatus="FAILED", reason="AppFailed")
+    third = decide(s, event("schedule.json"))
+    assert third["decision"] == "skip"
+    assert f"2 attempts from this watermark failed (max 2); run {first['run_id']}: 20 of 60" in third["reason"]
+    assert "stuck before its next chunk" in third["reason"]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,14 +18,16 @@ import pytest
 from icebatch.core.bus import EventBridgePublisher, load_publisher
 from icebatch.core.catalog import open_catalog
 from icebatch.core.events import BatchJobCompleted
+from icebatch.core.ledger import open_ledger
 from icebatch.core.rules import PATTERNS, fill
 from icebatch.core.settings import Settings
 from icebatch.tools.invoke import invoke
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.aws import REGION, client
-from tests.support.consumers import consumers_file
+from tests.support.consumers import consumers_file, triage
 from tests.support.k8s_api import RayJobApi, sts_token_verifier
+from tests.support.runs import Crash, dies_after, run_once
 
 pytestmark = pytest.mark.functional
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,13 +205,18 @@ def test_a_silently_failed_rayjob_is_reported_once_and_later_deleted(
     [launched] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
     assert launched["decision"] == "launch"
     drain(aws_endpoint, url)  # (the Submitted announcement is not for the reporter)
-    # when the job dies of its deadline without any event
+    # when the job commits a chunk of 8 rows, then dies of its deadline without any event
+    ledger = open_ledger(s, triage(s))
+    plan = ledger.plan(run_id=launched["run_id"], to_snapshot_inclusive=launched["current_snapshot_id"])
+    with pytest.raises(Crash):
+        run_once(ledger, plan=plan, chunk_rows=8, transform=dies_after(12))
     ended = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     k8s.set_status(launched["job_name"], jobDeploymentStatus="Failed", reason="DeadlineExceeded",
                    message="RayJob has passed the activeDeadlineSeconds", endTime=ended)  # fmt: skip
     # then the next schedule reports it once (and launches attempt 2 for the still-pending range) ...
     [retry] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
     assert retry["decision"] == "launch" and retry["attempt"] == 2
+    assert retry["run_id"] == launched["run_id"] and retry["reason"].startswith("resume run ")  # the same run
     [failed] = drain(aws_endpoint, url, expect=1)
     detail = json.loads(failed["Body"])["detail"]
     assert (detail["origin"], detail["error_type"], detail["rayjob_name"]) == (
@@ -218,6 +225,7 @@ def test_a_silently_failed_rayjob_is_reported_once_and_later_deleted(
         launched["job_name"],
     )
     assert detail["run_id"] == launched["run_id"] and detail["retryable"] is True
+    assert (detail["resumable"], detail["rows_committed"]) == (True, 8)  # what its run kept
     assert (detail["consumer"], detail["deployment"], detail["task_version"]) == ("triage", "icebatch-prod", 1)
     obj = k8s.objects[("icebatch", launched["job_name"])]
     assert obj["metadata"]["annotations"]["icebatch.io/reported"] == "true"

@@ -7,6 +7,7 @@ pipeline has its own tests.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,9 +15,10 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan
 from icebatch.core.task import TaskSpec
+from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, load_progress, run_totals
+from icebatch_job.columns import SOURCE_FILE, SOURCE_POS
 from icebatch_job.results import RunStats, result_row, results_arrow_schema
-from icebatch_job.runner import commit_results, write_results
-from icebatch_job.source import exact_row_count, iter_batches
+from icebatch_job.source import iter_batches, plan_range
 
 from tests.support.consumers import triage
 
@@ -48,13 +50,15 @@ def label(ticket: dict) -> dict:
     }
 
 
-def labelled(plan: RunPlan, batches: Iterable[pa.RecordBatch], task: TaskSpec = TASK) -> Iterator[pa.RecordBatch]:
+def labelled(plan: RunPlan, batches: Iterable[pa.Table], task: TaskSpec = TASK) -> Iterator[pa.Table]:
     schema = results_arrow_schema(task)
     now = datetime.now(UTC)
     for batch in batches:
         rows = [
             result_row(
                 source_id=t["ticket_id"],
+                source_file=t[SOURCE_FILE],
+                source_pos=t[SOURCE_POS],
                 run_id=plan.run_id,
                 task=task,
                 processed_at=now,
@@ -66,7 +70,26 @@ def labelled(plan: RunPlan, batches: Iterable[pa.RecordBatch], task: TaskSpec = 
             )
             for t in batch.to_pylist()
         ]
-        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+        yield pa.Table.from_pylist(rows, schema=schema)
+
+
+class Crash(BaseException):
+    """Stands for the process dying at a chosen point."""
+
+
+def dies_after(rows: int) -> Callable[[Iterator[pa.Table]], Iterator[pa.Table]]:
+    """A transform of the source rows that kills the run once ``rows`` rows have gone through."""
+
+    def transform(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        seen = 0
+        for b in batches:
+            for one in b.to_batches(max_chunksize=1):
+                if seen == rows:
+                    raise Crash(f"killed after {rows} rows")
+                seen += 1
+                yield pa.Table.from_batches([one])
+
+    return transform
 
 
 @dataclass(frozen=True)
@@ -80,23 +103,32 @@ def run_once(
     ledger: ResultsLedger,
     *,
     plan: RunPlan | None = None,
-    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
+    transform: Callable[[Iterator[pa.Table]], Iterator[pa.Table]] | None = None,
+    chunk_rows: int = 10**6,
 ) -> ExecutedRun | None:
-    """What the job does with a plan, with the rule-based labeller: write the rows, commit them."""
+    """What the job does with a plan, with the rule-based labeller: the rows not yet done, in chunks."""
     plan = plan or ledger.plan()
     if plan is None:
         return None
-    source = ledger.source()
-    batches = iter_batches(source, plan)
+    task = ledger.consumer.task
+    start = load_progress(ledger, plan, task)
+    committer = ChunkCommitter(
+        ledger,
+        plan,
+        task,
+        start=start,
+        range_rows=plan_range(ledger.source(), plan).rows,
+        policy=ChunkPolicy(chunk_rows),
+        attempt=Attempt((plan.resume.attempts if plan.resume else 0) + 1, secrets.token_hex(4)),
+        totals=lambda stats, redone: run_totals(plan, stats, redone, attempt_seconds=0.0, model="rules"),
+    )
+    batches = iter_batches(ledger.source(), plan, done=start.done)
     if transform is not None:
         batches = transform(batches)
-    task = ledger.consumer.task
-    stats = RunStats(task.label_fields)
-    files = write_results(ledger, task, labelled(plan, batches, task), stats)
-    commit = commit_results(
-        ledger, plan, files, stats, stats.totals(model="rules"), exact_rows=exact_row_count(source, plan)
-    )
-    return ExecutedRun(plan, stats, commit)
+    for rows in labelled(plan, batches, task):
+        committer.add(rows)
+    commit = committer.finish()
+    return ExecutedRun(plan, committer.stats, commit)
 
 
 def ledger_ids(ledger: ResultsLedger) -> list[str]:

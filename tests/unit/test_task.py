@@ -49,6 +49,8 @@ def test_invalid_answers_are_rejected_with_a_reason(text: str, reason: str) -> N
 def test_result_rows_keep_status_and_raw_text() -> None:
     ok = result_row(
         source_id="T-1",
+        source_file="f.parquet",
+        source_pos=0,
         run_id="r",
         task=TASK,
         processed_at=None,
@@ -56,10 +58,15 @@ def test_result_rows_keep_status_and_raw_text() -> None:
         raw_output='{"sentiment":"neutral","urgency":"low","category":"other","summary":"hi"}',
     )
     assert (ok["status"], ok["category"], ok["error"]) == (STATUS_OK, "other", None)
-    bad = result_row(source_id="T-2", run_id="r", task=TASK, processed_at=None, model="m", raw_output='{"senti')
+    bad = result_row(
+        source_id="T-2", source_file="f.parquet", source_pos=1, run_id="r", task=TASK, processed_at=None, model="m",
+        raw_output='{"senti',
+    )  # fmt: skip
     assert (bad["status"], bad["category"], bad["raw_output"]) == (STATUS_INVALID, None, '{"senti')
     err = result_row(
         source_id="T-3",
+        source_file="f.parquet",
+        source_pos=2,
         run_id="r",
         task=TASK,
         processed_at=None,
@@ -68,6 +75,7 @@ def test_result_rows_keep_status_and_raw_text() -> None:
         inference_error="EngineDeadError: boom",
     )
     assert (err["status"], err["error"]) == (STATUS_ERROR, "EngineDeadError: boom")
+    assert (err["source_file"], err["source_pos"]) == ("f.parquet", 2)  # which source row, exactly
 
 
 def test_results_schema_has_system_and_verdict_columns() -> None:

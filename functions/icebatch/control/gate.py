@@ -5,6 +5,7 @@
 | schedule | backlog > 0 (the nightly drain)                                               |
 | append   | backlog >= threshold, or the oldest waiting row is older than max staleness   |
 | manual   | like append; with ``force``, whenever backlog > 0                             |
+| any      | a run part way through its range (chunks committed, then killed): resume it   |
 
 In this order, it never launches: for an event that does not concern the consumer ("ignored"); beside
 a job of the same range ("already_launched") or another active job of the consumer; with nothing new;
@@ -44,6 +45,7 @@ class GateInput:
     spent_today_usd: float = 0.0
     max_usd_per_day: float | None = None
     ignore_reason: str | None = None
+    resume: str | None = None  # a run part way through its range (``Pending.describe()``)
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,11 @@ def _blocked(g: GateInput) -> GateResult | None:
     if g.backlog_rows <= 0:
         return GateResult("skip", "nothing new since the watermark")
     if g.failed_attempts >= g.max_attempts:
+        stuck = f"; {g.resume}, stuck before its next chunk" if g.resume else ""
         return GateResult(
             "skip",
-            f"{g.failed_attempts} attempts from this watermark failed (max {g.max_attempts}): an operator must "
-            "look at the failure reports before icebatch tries again (see `icebatch launch --help`)",
+            f"{g.failed_attempts} attempts from this watermark failed (max {g.max_attempts}){stuck}: an operator "
+            "must look at the failure reports before icebatch tries again (see `icebatch launch --help`)",
         )
     return None
 
@@ -93,6 +96,8 @@ def _why_launch(g: GateInput) -> str | None:
         and g.oldest_age_seconds is not None
         and g.oldest_age_seconds >= g.max_staleness_seconds
     )
+    if g.resume is not None:
+        return f"resume {g.resume}"
     if g.kind == "schedule":
         return f"scheduled drain of {g.backlog_rows} rows"
     if g.kind == "manual" and g.force:

@@ -5,7 +5,8 @@ The launcher never reads data files and never writes a table: the backlog comes 
 ``icebatch.control.rayjob``. Each consumer gets one ``LaunchDecision``, which the handler logs and
 returns. Per consumer, the steps are:
 
-1. ``observe``: is the event about its table; its backlog; its jobs; the run's estimate and today's spend;
+1. ``observe``: is the event about its table; its backlog (and a run part way through, which is resumed:
+   same run id, same pinned range, the next attempt); its jobs; the run's estimate and today's spend;
 2. ``decide``: the gate;
 3. ``build``: the job's spec and manifest (also for a dry run);
 4. ``submit``: create the job (409: already launched) and announce it.
@@ -30,7 +31,7 @@ from icebatch.core.consumers import Consumer
 from icebatch.core.errors import InvalidEventError
 from icebatch.core.estimate import Estimate, estimate_run, spent_on
 from icebatch.core.events import BatchJobSubmitted, SnapshotRange
-from icebatch.core.ledger import Backlog, ResultsLedger, new_run_id
+from icebatch.core.ledger import Backlog, Pending, ResultsLedger, new_run_id
 from icebatch.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class Observation:
     active: ActiveJob | None = None
     estimate: Estimate | None = None
     spent_today: float = 0.0
+    pending: Pending | None = None  # a run part way through its range: the launch resumes it
 
 
 def launch(
@@ -146,7 +148,8 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
     source = ledger.source()
     if trigger.origin == "s3" and (why := relevance(trigger, consumer.source_table, source.metadata.location)):
         return Observation(ignore=why)
-    watermark = ledger.watermark()
+    progress = ledger.progress()
+    watermark, pending = progress.watermark, progress.pending
     backlog = ledger.backlog(source=source, watermark=watermark)
     age = backlog.oldest_pending_age_seconds(int(ctx.now.timestamp() * 1000))
     tag = range_tag(ctx.settings.top.deployment, consumer.name, consumer.task_version, watermark.source_snapshot_id)
@@ -163,8 +166,9 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         attempt=max((j.attempt for j in same), default=0) + 1,
         failed_attempts=sum(1 for j in same if j.failed),
         active=ActiveJob(active.name, active.from_tag == tag) if active else None,
-        estimate=estimate_run(backlog.rows, consumer, runs, ctx.settings),
+        estimate=estimate_run(pending.rows_remaining if pending else backlog.rows, consumer, runs, ctx.settings),
         spent_today=spent_on(ctx.now, runs, ctx.settings),
+        pending=pending,
     )
 
 
@@ -186,21 +190,24 @@ def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Con
         spent_today_usd=seen.spent_today,
         max_usd_per_day=budget.max_usd_per_day if budget else None,
         ignore_reason=seen.ignore,
+        resume=seen.pending.describe() if seen.pending else None,
     )
 
 
 def job_spec(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> JobSpec:
+    """A new run over the backlog, or the next attempt of the run part way through (same run, same range)."""
     assert seen.backlog is not None and seen.backlog.current_snapshot_id is not None
     gpus = seen.estimate.gpus if seen.estimate and ctx.settings.top.backend == "kuberay" else 1
+    p = seen.pending
     return JobSpec(
         name=job_name(consumer.name, seen.tag, seen.attempt),
-        run_id=new_run_id(consumer.name, ctx.now),
+        run_id=p.run_id if p else new_run_id(consumer.name, ctx.now),
         deployment=ctx.settings.top.deployment,
         consumer=consumer,
         tag=seen.tag,
         from_snapshot=seen.backlog.watermark_snapshot_id,
-        to_snapshot=seen.backlog.current_snapshot_id,
-        backlog_rows=seen.backlog.rows,
+        to_snapshot=p.to_snapshot_inclusive if p else seen.backlog.current_snapshot_id,
+        backlog_rows=p.rows_remaining if p else seen.backlog.rows,
         gpus=gpus,
         attempt=seen.attempt,
         trigger=f"{trigger.kind}/{trigger.origin}",

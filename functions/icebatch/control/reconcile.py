@@ -4,7 +4,8 @@ A job that is killed (activeDeadlineSeconds, OOM, a failed submitter pod, a lost
 own "Batch Job Failed". On every nightly schedule the launcher lists the deployment's jobs and, for each
 terminal job not yet marked ``icebatch.io/reported``:
 
-- failed and its run id is not in the ledger -> emit "Batch Job Failed" (``origin: reconciler``);
+- failed and its run is not complete in the ledger -> emit "Batch Job Failed" (``origin: reconciler``),
+  with the rows its run has committed so far (the chunks stay; the next launch resumes the run);
 - then mark it reported (an annotation), so the next night does not report it again.
 
 The reporter is idempotent per run, so a job that did report its own failure is not reported twice.
@@ -24,7 +25,7 @@ from icebatch.control.rayjob import LABEL
 from icebatch.core.bus import EventPublisher
 from icebatch.core.consumers import Consumer
 from icebatch.core.events import BatchJobFailed, SnapshotRange
-from icebatch.core.ledger import ResultsLedger
+from icebatch.core.ledger import Pending, ResultsLedger
 from icebatch.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,12 @@ def _snapshot(value: str | None) -> int | None:
         return None
 
 
-def failure_event(job: JobState, consumer: Consumer, settings: Settings, now: datetime) -> BatchJobFailed:
+def failure_event(
+    job: JobState, consumer: Consumer, settings: Settings, now: datetime, pending: Pending | None = None
+) -> BatchJobFailed:
+    """What the job would have said, from its annotations and (``pending``) the chunks its run committed."""
     to_snapshot = _snapshot(job.annotations.get(f"{LABEL}/to-snapshot"))
+    mine = pending is not None and pending.run_id == job.annotations.get(f"{LABEL}/run-id")
     return BatchJobFailed(
         deployment=settings.top.deployment,
         run_id=job.annotations.get(f"{LABEL}/run-id"),
@@ -76,6 +81,8 @@ def failure_event(job: JobState, consumer: Consumer, settings: Settings, now: da
         error_type=(job.reason or job.job_status or "RayJobFailed")[:128],
         stage="cluster",
         retryable=True,
+        resumable=True,
+        rows_committed=pending.rows_committed if pending is not None and mine else 0,
         origin="reconciler",
         rayjob_name=job.name,
         started_at=_time(job.start_time),
@@ -111,9 +118,11 @@ class Reconciler:
         run_id = job.annotations.get(f"{LABEL}/run-id")
         if consumer is None:
             log.warning("job %s belongs to consumer %r, no longer declared: not reported", job.name, job.consumer)
-        elif job.failed and (run_id is None or ResultsLedger(self.catalog, consumer).find_run(run_id) is None):
-            self.publisher.publish(failure_event(job, consumer, self.settings, self.now))
-            self.summary.reported_failures.append(job.name)
+        elif job.failed:
+            ledger = ResultsLedger(self.catalog, consumer)
+            if run_id is None or ledger.find_run(run_id) is None:
+                self.publisher.publish(failure_event(job, consumer, self.settings, self.now, ledger.pending()))
+                self.summary.reported_failures.append(job.name)
         self.backend.annotate(job.name, {REPORTED: "true", REPORTED_AT: self.now.strftime("%Y-%m-%dT%H:%M:%SZ")})
         self.summary.marked.append(job.name)
 

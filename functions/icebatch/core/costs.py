@@ -3,7 +3,8 @@
 The seed billed only the inference loop. A GPU node lives longer than that: it is provisioned before the
 job starts, the job loads the model, and after the job the RayJob's cluster lingers for
 ``ttlSecondsAfterFinished`` and Karpenter waits ``consolidateAfter`` before removing the empty node.
-icebatch reports both figures; per-row and per-token prices use the lifetime figure.
+icebatch reports both figures; per-row and per-token prices use the lifetime figure. A run that took
+several attempts (a spot interruption, a crash) pays for every attempt's lifetime and idle tail.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ class CostInputs(BaseModel):
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     engine_seconds: float = Field(ge=0, description="Wall time of the streaming LLM stage")
-    job_seconds: float = Field(ge=0, description="Job start to end (model load, read, write, commit)")
+    job_seconds: float = Field(
+        ge=0, description="Job start to end (model load, read, write, commit), summed over the run's attempts"
+    )
+    attempts: int = Field(default=1, ge=1, description="Attempts the run took (each one pays the idle tail)")
     gpus: int = Field(ge=0, description="Accelerators held by the job (engine replicas)")
     hourly_rate: float = Field(ge=0, description="$ per GPU-hour")
     ttl_seconds: float = Field(default=0, ge=0, description="RayJob ttlSecondsAfterFinished")
@@ -61,7 +65,7 @@ def cost_breakdown(c: CostInputs) -> CostBreakdown:
     >>> round(b.lifetime_cost, 4), round(b.usd_per_1k_rows, 4)
     (0.0402, 0.0402)
     """
-    tail = c.ttl_seconds + c.consolidate_seconds
+    tail = (c.ttl_seconds + c.consolidate_seconds) * c.attempts
     engine_gpu_seconds = c.engine_seconds * c.gpus
     lifetime = (c.job_seconds + tail) * c.gpus
     rate_per_second = c.hourly_rate / 3600

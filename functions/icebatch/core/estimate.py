@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from icebatch.core.consumers import Consumer
-from icebatch.core.costs import CostInputs, cost_breakdown
-from icebatch.core.ledger.summary import Key, RunRecord
+from icebatch.core.costs import CostBreakdown, CostInputs, cost_breakdown
+from icebatch.core.ledger.summary import Key, RunRecord, RunTotals
 from icebatch.core.settings import Settings
 
 CHARS_PER_TOKEN = 4
@@ -102,27 +102,38 @@ def estimate_run(rows: int, consumer: Consumer, runs: Sequence[RunRecord], setti
     )
 
 
+def run_cost(totals: RunTotals, settings: Settings) -> CostBreakdown:
+    """What a run cost: its engine time, and the GPU lifetime of all its attempts with their idle tails.
+
+    The hourly rate is the one the run recorded (the deployment's when it recorded none); the idle tail
+    (RayJob TTL, Karpenter consolidation) is paid only on the kuberay backend.
+    """
+    billing = totals.billing or settings.billing()
+    tail = settings.top.backend == "kuberay"
+    return cost_breakdown(
+        CostInputs(
+            rows=totals.rows,
+            input_tokens=totals.input_tokens,
+            output_tokens=totals.output_tokens,
+            engine_seconds=totals.engine_seconds,
+            job_seconds=totals.job_seconds,
+            attempts=max(1, totals.attempts),
+            gpus=totals.gpus,
+            hourly_rate=billing.usd_per_hour,
+            instance_type=billing.instance_type,
+            rate_source=billing.source,
+            ttl_seconds=settings.cluster.job_ttl_seconds if tail else 0,
+            consolidate_seconds=settings.cluster.karpenter_consolidate_seconds if tail else 0,
+        )
+    )
+
+
 def spent_on(day: datetime, runs: Sequence[RunRecord], settings: Settings) -> float:
     """What the runs committed on ``day`` (UTC) cost, GPU lifetime included (the reports' figure)."""
     start = datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000
     billing = settings.billing()
-    total = 0.0
-    for run in runs:
-        if run.is_reset or not start <= run.committed_at_ms < start + 86_400_000:
-            continue
-        t = run.totals(billing)
-        rate = t.billing.usd_per_hour if t.billing else billing.usd_per_hour
-        total += cost_breakdown(
-            CostInputs(
-                rows=t.rows,
-                input_tokens=t.input_tokens,
-                output_tokens=t.output_tokens,
-                engine_seconds=t.engine_seconds,
-                job_seconds=t.job_seconds,
-                gpus=t.gpus,
-                hourly_rate=rate,
-                ttl_seconds=settings.cluster.job_ttl_seconds,
-                consolidate_seconds=settings.cluster.karpenter_consolidate_seconds,
-            )
-        ).lifetime_cost
-    return total
+    return sum(
+        run_cost(run.totals(billing), settings).lifetime_cost
+        for run in runs
+        if not run.is_reset and start <= run.committed_at_ms < start + 86_400_000
+    )

@@ -102,12 +102,20 @@ class BatchJobCompleted(_Detail):
     results_location: str = Field(description="`<table>@<ledger snapshot id>`")
     ledger_snapshot_id: int
     rayjob_name: str | None = None
+    attempts: int = Field(default=1, ge=1, description="Attempts the run took (job_seconds and cost cover them all)")
+    chunks: int = Field(default=1, ge=1, description="Commits the run's rows were cut into")
+    rows_redone: int = Field(
+        default=0,
+        ge=0,
+        description="Rows inferred again because another attempt had committed them first (an attempt killed "
+        "without notice also loses what it had not committed: at most one chunk)",
+    )
     started_at: AwareDatetime
     finished_at: AwareDatetime
 
 
 class BatchJobFailed(_Detail):
-    """A run ended without committing (or a job died without saying so: found by reconciliation)."""
+    """An attempt ended before the run's last commit (or a job died without saying so: found by reconciliation)."""
 
     detail_type: ClassVar[str] = "Batch Job Failed"
     run_id: str | None = None
@@ -121,7 +129,15 @@ class BatchJobFailed(_Detail):
     stage: Literal["plan", "start", "inference", "write", "commit", "cluster", "unknown"] = "unknown"
     retryable: bool = Field(description="The range stays pending; the next trigger processes it again")
     origin: Literal["job", "reconciler"] = "job"
-    rows_processed: int = Field(default=0, ge=0)
+    rows_processed: int = Field(default=0, ge=0, description="Result rows this attempt produced")
+    rows_committed: int = Field(
+        default=0, ge=0, description="Rows of the range committed so far (earlier attempts' and this one's)"
+    )
+    resumable: bool = Field(
+        default=False,
+        description="Committed rows stay committed: the next attempt of the run continues after them",
+    )
+    attempt: int | None = Field(default=None, ge=1)
     tokens: TokenCounts | None = None
     engine_seconds: float = Field(default=0.0, ge=0)
     job_seconds: float | None = None
@@ -163,6 +179,7 @@ def completed_event(
     cost: CostBreakdown,
     ledger_snapshot_id: int,
     finished_at: datetime,
+    chunks: int = 1,
 ) -> BatchJobCompleted:
     """The one way a "Batch Job Completed" is made: by the job at its commit, and rebuilt from the ledger."""
     started = datetime.fromisoformat(totals.started_at) if totals.started_at else finished_at
@@ -192,6 +209,9 @@ def completed_event(
         results_location=f"{plan.results_table}@{ledger_snapshot_id}",
         ledger_snapshot_id=ledger_snapshot_id,
         rayjob_name=totals.rayjob_name or None,
+        attempts=totals.attempts,
+        chunks=chunks,
+        rows_redone=totals.rows_redone,
         started_at=started,
         finished_at=finished_at,
     )

@@ -2,7 +2,8 @@
 
 The ledger commit of a run holds its totals in the snapshot summary; the label breakdown comes from the
 run's result rows. The event is made by the same builder the job uses (``completed_event``), and its
-cost recomputed with the cost model (the hourly rate the run recorded, the idle tail of the backend).
+cost recomputed with the cost model (``run_cost``: the hourly rate the run recorded, every attempt's
+lifetime and idle tail).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from icebatch.core.consumers import Consumer
-from icebatch.core.costs import CostInputs, cost_breakdown
 from icebatch.core.errors import PermanentError
+from icebatch.core.estimate import run_cost
 from icebatch.core.events import BatchJobCompleted, completed_event
-from icebatch.core.ledger import ResultsLedger, RunPlan, RunRecord, open_ledger
+from icebatch.core.ledger import Key, ResultsLedger, RunPlan, RunRecord, open_ledger
 from icebatch.core.settings import Settings
 
 
@@ -46,23 +47,7 @@ def completed_from_ledger(
 def _rebuild(settings: Settings, consumer: Consumer, ledger: ResultsLedger, record: RunRecord) -> BatchJobCompleted:
     totals = record.totals(settings.billing())
     statuses, labels = _breakdown(ledger, consumer, record.run_id)
-    tail = settings.top.backend == "kuberay"
-    assert totals.billing is not None
-    cost = cost_breakdown(
-        CostInputs(
-            rows=totals.rows,
-            input_tokens=totals.input_tokens,
-            output_tokens=totals.output_tokens,
-            engine_seconds=totals.engine_seconds,
-            job_seconds=totals.job_seconds,
-            gpus=totals.gpus,
-            hourly_rate=totals.billing.usd_per_hour,
-            instance_type=totals.billing.instance_type,
-            rate_source=totals.billing.source,
-            ttl_seconds=settings.cluster.job_ttl_seconds if tail else 0,
-            consolidate_seconds=settings.cluster.karpenter_consolidate_seconds if tail else 0,
-        )
-    )
+    cost = run_cost(totals, settings)
     plan = RunPlan(
         run_id=record.run_id,
         consumer=consumer.name,
@@ -84,6 +69,7 @@ def _rebuild(settings: Settings, consumer: Consumer, ledger: ResultsLedger, reco
         cost=cost,
         ledger_snapshot_id=record.ledger_snapshot_id,
         finished_at=datetime.fromtimestamp(record.committed_at_ms / 1000, tz=UTC),
+        chunks=int(record.number(Key.CHUNK, 1)),
     )
 
 

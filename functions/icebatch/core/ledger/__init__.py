@@ -8,8 +8,16 @@ of a run and its new watermark are one Iceberg commit whose snapshot summary car
 ``icebatch.source-snapshot-id = T`` (plus run id, range, task version and totals). Results and progress
 therefore cannot disagree, and the source table stays read-only.
 
-The commit is a compare-and-set: it lands only if the ledger's watermark is still W, the value the run
-planned from. At-least-once execution plus this idempotent commit is exactly-once in effect.
+A run commits its range in **chunks** (``ICEBATCH_CHUNK_ROWS``), so that a crash or a spot interruption
+loses at most the unfinished chunk. Each chunk is one Iceberg commit of its result rows and the run's
+progress (run id, range, chunk number, rows committed); its rows carry ``source_file``/``source_pos``,
+which name exactly which source rows are done (the data files of append snapshots are immutable). Only
+the run's last chunk moves the watermark to T. A new attempt of the run (a retry, the next launch, a
+manual run) finds the chunks committed after W, reads their positions and processes only the rest.
+
+Every commit is a compare-and-set on the **progress head** (the newest commit of the task version): it
+lands only if the head is still the one the attempt last saw. At-least-once execution plus this
+idempotent commit is exactly-once in effect, per chunk.
 
 Progress is kept per **task version**: a consumer whose task changes version starts over from the
 table's first snapshot (or from a snapshot an operator names with ``icebatch ledger reset``), in the same
@@ -17,20 +25,44 @@ results table, beside the old version's rows, which stay untouched.
 
 - ``summary``: the keys a commit writes, the watermark and the runs read back;
 - ``backlog``: what is new, from the source table's metadata only;
-- ``ledger``: ``ResultsLedger`` — plan a range, commit its results and the watermark, reset, discard.
+- ``ledger``: ``ResultsLedger`` — plan (or resume) a range, commit its chunks, reset, discard.
 
 Reading the rows of a range (Arrow batches, a Ray dataset) lives in ``icebatch_job.source``; writing
-result rows into data files in ``icebatch_job.results``. Both only hand data files to ``commit`` here.
+result rows into data files in ``icebatch_job.results``; cutting a run into chunks in ``icebatch_job.chunks``.
 """
 
 from icebatch.core.ledger.backlog import Backlog, SkippedSnapshot, compute_backlog, pin_range_end
-from icebatch.core.ledger.ledger import CommitResult, ResultsLedger, RunPlan, new_run_id, open_ledger
-from icebatch.core.ledger.summary import Key, RunRecord, RunTotals, Watermark, find_run, list_runs, read_watermark
+from icebatch.core.ledger.ledger import (
+    Chunk,
+    CommitResult,
+    ProgressRaceError,
+    ResultsLedger,
+    RunPlan,
+    new_run_id,
+    open_ledger,
+)
+from icebatch.core.ledger.summary import (
+    Key,
+    Pending,
+    Progress,
+    RunRecord,
+    RunTotals,
+    Watermark,
+    find_commit,
+    find_run,
+    list_runs,
+    read_progress,
+    read_watermark,
+)
 
 __all__ = [
     "Backlog",
+    "Chunk",
     "CommitResult",
     "Key",
+    "Pending",
+    "Progress",
+    "ProgressRaceError",
     "ResultsLedger",
     "RunPlan",
     "RunRecord",
@@ -38,10 +70,12 @@ __all__ = [
     "SkippedSnapshot",
     "Watermark",
     "compute_backlog",
+    "find_commit",
     "find_run",
     "list_runs",
     "new_run_id",
     "open_ledger",
     "pin_range_end",
+    "read_progress",
     "read_watermark",
 ]

@@ -1,11 +1,16 @@
 """``ResultsLedger``: one consumer's progress over its source table, kept in its results table.
 
-The commit is a compare-and-set on the watermark (see the package docstring): it lands only if the
-ledger still records the watermark the run planned from. pyiceberg's own commit retry is switched off
-for the ledger (it would re-apply the append on top of a competing run's commit); instead a failed
-commit reloads the ledger and either retries (an unrelated change: the watermark is still W), reports
-success (this run id is already there: the outcome of an earlier attempt was only unknown) or reports a
-conflict (someone else moved the watermark: this run's data files are deleted).
+A run commits its range in chunks (see the package docstring). Every commit is a compare-and-set on the
+**progress head**, the newest commit of the consumer's task version (a chunk, a run's last commit, a
+reset): it lands only if the head is still the one the committing attempt last saw. pyiceberg's own
+commit retry is switched off for the ledger (it would re-apply the append on top of a competing commit);
+instead a failed commit reloads the ledger and either
+
+- retries (an unrelated change: the head did not move),
+- reports success (this commit id is already there: the outcome of an earlier try was only unknown),
+- raises ``ProgressRaceError`` (another attempt of the *same run* committed chunks first: the caller
+  drops the rows they hold and commits the rest), or
+- raises ``WatermarkConflictError`` (another run, a reset: this chunk's data files are deleted).
 """
 
 from __future__ import annotations
@@ -19,18 +24,27 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 from icebatch.core.catalog import SOURCE_FIX, load_table, open_catalog, table_exists
-from icebatch.core.errors import CommitOutcomeUnknownError, TableNotFoundError, WatermarkConflictError
+from icebatch.core.errors import (
+    CommitOutcomeUnknownError,
+    IcebatchError,
+    TableNotFoundError,
+    WatermarkConflictError,
+)
+from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger.backlog import Backlog, compute_backlog, pin_range_end
 from icebatch.core.ledger.summary import (
     NO_RETRIES,
     NONE,
     Key,
+    Pending,
+    Progress,
     RunRecord,
     RunTotals,
     Watermark,
+    find_commit,
     find_run,
     list_runs,
-    read_watermark,
+    read_progress,
 )
 
 if TYPE_CHECKING:
@@ -62,13 +76,41 @@ class RunPlan:
     scan_from_exclusive: int | None = None  # = from_snapshot_exclusive unless that snapshot was expired
     to_sequence_number: int | None = None
     planned_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    resume: Pending | None = None  # the run is part way through: these chunks are committed already
+    head_snapshot_id: int | None = None  # the progress head when planned: what the first commit expects
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One commit of a run: a share of its result rows, and where the run stands once it lands."""
+
+    number: int  # 1, 2, ... over the run
+    attempt: int
+    attempt_id: str
+    rows: int
+    rows_committed: int  # of the range, this chunk included
+    attempt_seconds: float
+    final: bool  # the run's last commit: it moves the watermark to T
+
+    def commit_id(self, run_id: str) -> str:
+        return f"{run_id}/{self.attempt_id}/{self.number}"
 
 
 @dataclass(frozen=True)
 class CommitResult:
     ledger_snapshot_id: int
     attempts: int
-    already_committed: bool = False  # an earlier attempt of this run had landed
+    already_committed: bool = False  # an earlier try of this commit had landed
+
+
+class ProgressRaceError(IcebatchError):
+    """Another attempt of the same run committed chunks since this attempt last looked."""
+
+    def __init__(self, progress: Progress) -> None:
+        assert progress.pending is not None
+        p = progress.pending
+        super().__init__(f"another attempt committed up to chunk {p.chunks} of run {p.run_id}")
+        self.progress = progress
 
 
 def new_run_id(consumer: str, now: datetime | None = None) -> str:
@@ -87,9 +129,9 @@ class ResultsLedger:
     Example::
 
         ledger = ResultsLedger(catalog, consumer)
-        plan = ledger.plan()                       # None when nothing is new
-        ...                                        # read plan's rows, write data files
-        ledger.commit(plan, data_files, totals)    # results + watermark, one commit
+        plan = ledger.plan()                       # None when nothing is new; plan.resume: part way through
+        ...                                        # read the rows not yet done, write a chunk's data files
+        ledger.commit_chunk(plan, chunk, files, totals, expected_head=head)  # results + progress, one commit
     """
 
     def __init__(self, catalog: Catalog, consumer: Consumer) -> None:
@@ -107,9 +149,16 @@ class ResultsLedger:
             return None
         return self.catalog.load_table(self.results_table)
 
-    def watermark(self) -> Watermark:
+    def progress(self) -> Progress:
         results = self.results()
-        return read_watermark(results.metadata if results else None, self.source_table, self.consumer.task_version)
+        return read_progress(results.metadata if results else None, self.source_table, self.consumer.task_version)
+
+    def watermark(self) -> Watermark:
+        return self.progress().watermark
+
+    def pending(self) -> Pending | None:
+        """The run part way through its range (some chunks committed), if any."""
+        return self.progress().pending
 
     def backlog(
         self, *, upto: int | None = None, source: Table | None = None, watermark: Watermark | None = None
@@ -138,14 +187,19 @@ class ResultsLedger:
         """Pin the range of one run. None when there is nothing to do.
 
         The launcher passes the range it saw (``from_snapshot_exclusive``/``to_snapshot_inclusive``);
-        if the watermark has moved since, the range is stale and WatermarkConflictError says so.
+        if the watermark has moved since, the range is stale and WatermarkConflictError says so. A run
+        part way through its range (chunks committed, watermark not yet moved) is resumed, whatever the
+        run id asked for: its range stays pinned.
         """
-        wm = self.watermark()
+        progress = self.progress()
+        wm = progress.watermark
         if from_snapshot_exclusive != "watermark" and from_snapshot_exclusive != wm.source_snapshot_id:
             raise WatermarkConflictError(
                 f"the launch expected watermark {from_snapshot_exclusive}, but the ledger is at "
                 f"{wm.source_snapshot_id} (run {wm.run_id}): another run already covered this range"
             )
+        if progress.pending is not None:
+            return self._resume(progress, progress.pending, to_snapshot_inclusive)
         source = self.source()
         backlog = self.backlog(upto=to_snapshot_inclusive, source=source, watermark=wm)
         end, rows = pin_range_end(backlog, max_rows)
@@ -166,6 +220,32 @@ class ResultsLedger:
             snapshots=ids.index(end) + 1 if end in ids else len(ids),
             scan_from_exclusive=backlog.scan_from_exclusive,
             to_sequence_number=end_snapshot.sequence_number if end_snapshot else None,
+            head_snapshot_id=progress.head_snapshot_id,
+        )
+
+    def _resume(self, progress: Progress, pending: Pending, to_snapshot_inclusive: int | None) -> RunPlan:
+        if to_snapshot_inclusive is not None and to_snapshot_inclusive != pending.to_snapshot_inclusive:
+            raise WatermarkConflictError(
+                f"{pending.describe()} over ({pending.from_snapshot_exclusive}, {pending.to_snapshot_inclusive}]; "
+                f"this job's range (..., {to_snapshot_inclusive}] was not started. The next launch (or "
+                "`icebatch job run` without --to-snapshot) resumes that run"
+            )
+        backlog = self.backlog(upto=pending.to_snapshot_inclusive, watermark=progress.watermark)
+        return RunPlan(
+            run_id=pending.run_id,
+            consumer=self.consumer.name,
+            task=self.consumer.task.name,
+            task_version=self.consumer.task_version,
+            source_table=self.source_table,
+            results_table=self.results_table,
+            from_snapshot_exclusive=pending.from_snapshot_exclusive,
+            to_snapshot_inclusive=pending.to_snapshot_inclusive,
+            expected_rows=pending.range_rows,
+            snapshots=backlog.snapshots,
+            scan_from_exclusive=backlog.scan_from_exclusive,
+            to_sequence_number=pending.to_sequence_number,
+            resume=pending,
+            head_snapshot_id=progress.head_snapshot_id,
         )
 
     def runs(self) -> list[RunRecord]:
@@ -206,11 +286,12 @@ class ResultsLedger:
             table = self.catalog.load_table(self.results_table)
         return table
 
-    def _progress(self, plan: RunPlan) -> dict[str, str]:
+    def _keys(self, plan: RunPlan) -> dict[str, str]:
         return {
-            Key.WATERMARK: str(plan.to_snapshot_inclusive),
-            Key.SEQUENCE: _snapshot_text(plan.to_sequence_number),
             Key.FROM_SNAPSHOT: _snapshot_text(plan.from_snapshot_exclusive),
+            Key.RANGE_END: str(plan.to_snapshot_inclusive),
+            Key.RANGE_END_SEQUENCE: _snapshot_text(plan.to_sequence_number),
+            Key.RANGE_ROWS: str(plan.expected_rows),
             Key.SOURCE_TABLE: plan.source_table,
             Key.CONSUMER: plan.consumer,
             Key.TASK: plan.task,
@@ -218,69 +299,118 @@ class ResultsLedger:
             Key.RUN_ID: plan.run_id,
         }
 
-    def commit(
-        self, plan: RunPlan, data_files: Sequence[DataFile], totals: RunTotals, *, max_attempts: int = 5
-    ) -> CommitResult:
-        """Append the results and move the watermark W -> T in one commit, iff the watermark is still W.
+    def _chunk_keys(self, plan: RunPlan, chunk: Chunk) -> dict[str, str]:
+        props = {
+            **self._keys(plan),
+            Key.CHUNK: str(chunk.number),
+            Key.ATTEMPT: str(chunk.attempt),
+            Key.ATTEMPT_ID: chunk.attempt_id,
+            Key.ATTEMPT_SECONDS: f"{chunk.attempt_seconds:.3f}",
+            Key.ROWS_COMMITTED: str(chunk.rows_committed),
+            Key.COMMIT_ID: chunk.commit_id(plan.run_id),
+        }
+        if chunk.final:
+            props[Key.WATERMARK] = str(plan.to_snapshot_inclusive)
+            props[Key.SEQUENCE] = _snapshot_text(plan.to_sequence_number)
+        return props
 
-        Raises WatermarkConflictError when another run moved the watermark first (this run's data files
-        are discarded), CommitOutcomeUnknownError when the catalog kept failing in ways that leave the
-        outcome unknown and looking for the run id did not settle it.
+    def commit_chunk(
+        self,
+        plan: RunPlan,
+        chunk: Chunk,
+        data_files: Sequence[DataFile],
+        totals: RunTotals,
+        *,
+        expected_head: int | None,
+        max_attempts: int = 5,
+    ) -> CommitResult:
+        """Append a chunk's results (the final one also moves the watermark W -> T), iff the head is unmoved.
+
+        ``totals`` are the run's so far, this chunk included. Raises ProgressRaceError when another
+        attempt of this run committed first (the data files are left to the caller), WatermarkConflictError
+        when another run or a reset did (the data files are deleted), CommitOutcomeUnknownError when the
+        catalog kept failing in ways that leave the outcome unknown and looking did not settle it.
         """
-        props = {**self._progress(plan), **totals.summary()}
+        props = {**self._chunk_keys(plan, chunk), **totals.summary()}
         last_error: Exception | None = None
         for attempt in range(1, max_attempts + 1):
-            done, last_error = self._try_commit(plan, data_files, props, totals, attempt)
+            done, last_error = self._try_commit(plan, chunk, data_files, props, expected_head, attempt)
             if done is not None:
                 return done
-        landed = self.find_run(plan.run_id)
+        results = self.results()
+        landed = find_commit(results.metadata if results else None, chunk.commit_id(plan.run_id))
         if landed is not None:
             return CommitResult(landed.ledger_snapshot_id, max_attempts, already_committed=True)
         raise CommitOutcomeUnknownError(
-            f"could not commit run {plan.run_id} after {max_attempts} attempts (last error: {last_error!r}); "
-            "its range is still pending and will be processed again by the next run"
+            f"could not commit chunk {chunk.number} of run {plan.run_id} after {max_attempts} attempts (last "
+            f"error: {last_error!r}); its rows are still pending and will be processed again by the next attempt"
         ) from last_error
 
     def _try_commit(
-        self, plan: RunPlan, data_files: Sequence[DataFile], props: dict[str, str], totals: RunTotals, attempt: int
+        self,
+        plan: RunPlan,
+        chunk: Chunk,
+        data_files: Sequence[DataFile],
+        props: dict[str, str],
+        expected_head: int | None,
+        attempt: int,
     ) -> tuple[CommitResult | None, Exception | None]:
-        """One attempt: (the result, None) when settled, (None, the error) when worth trying again."""
+        """One try: (the result, None) when settled, (None, the error) when worth trying again."""
         from pyiceberg.exceptions import CommitFailedException
 
         table = self.results()
         if table is None:
             raise TableNotFoundError(f"results table {self.results_table!r} disappeared during the run; rerun the job")
-        done = find_run(table.metadata, plan.run_id)
-        if done is not None:  # an earlier attempt landed; only its answer was lost
+        done = find_commit(table.metadata, chunk.commit_id(plan.run_id))
+        if done is not None:  # an earlier try landed; only its answer was lost
             return CommitResult(done.ledger_snapshot_id, attempt, already_committed=True), None
-        current = read_watermark(table.metadata, self.source_table, plan.task_version)
-        if current.source_snapshot_id != plan.from_snapshot_exclusive:
-            self.discard(data_files)
-            raise WatermarkConflictError(
-                f"run {plan.run_id} planned from watermark {plan.from_snapshot_exclusive} but run "
-                f"{current.run_id} moved it to {current.source_snapshot_id} first; this run's "
-                f"{totals.rows} result rows were discarded (they are already covered)"
-            )
+        self._check_head(plan, chunk, data_files, read_progress(table.metadata, self.source_table, plan.task_version),
+                         expected_head)  # fmt: skip
         txn = table.transaction()
         with txn.update_snapshot(snapshot_properties=props).fast_append() as append:
             for data_file in data_files:
                 append.append_data_file(data_file)
+        failpoint("commit.before")
         try:
             txn.commit_transaction()
-        except CommitFailedException as e:  # a stale base: the next attempt re-checks the watermark
-            log.info("ledger commit attempt %d lost a race (%s); re-checking the watermark", attempt, e)
+        except CommitFailedException as e:  # a stale base: the next try re-checks the head
+            log.info("ledger commit try %d lost a race (%s); re-checking the progress head", attempt, e)
             return None, e
         except Exception as e:  # outcome unknown: the catalog may or may not have applied it
-            log.warning("ledger commit attempt %d failed with an unknown outcome: %r", attempt, e)
+            log.warning("ledger commit try %d failed with an unknown outcome: %r", attempt, e)
             time.sleep(min(0.2 * 2**attempt, 5.0))
             return None, e
-        landed = self.find_run(plan.run_id)
+        failpoint("commit.after")
+        landed = find_commit(self.catalog.load_table(self.results_table).metadata, chunk.commit_id(plan.run_id))
         if landed is None:  # pragma: no cover - a catalog that acknowledges and loses a commit
             raise CommitOutcomeUnknownError(f"commit of run {plan.run_id} acknowledged but not visible")
-        w, t = plan.from_snapshot_exclusive, plan.to_snapshot_inclusive
-        log.info("ledger commit: run %s, watermark %s -> %s, %d rows (ledger snapshot %d)",
-                 plan.run_id, w, t, totals.rows, landed.ledger_snapshot_id)  # fmt: skip
+        log.info("ledger commit: run %s chunk %d (%d rows, %d of %d committed)%s (ledger snapshot %d)",
+                 plan.run_id, chunk.number, chunk.rows, chunk.rows_committed, plan.expected_rows,
+                 f", watermark {plan.from_snapshot_exclusive} -> {plan.to_snapshot_inclusive}" if chunk.final else "",
+                 landed.ledger_snapshot_id)  # fmt: skip
         return CommitResult(landed.ledger_snapshot_id, attempt), None
+
+    def _check_head(
+        self, plan: RunPlan, chunk: Chunk, data_files: Sequence[DataFile], now: Progress, expected: int | None
+    ) -> None:
+        """The compare of compare-and-set: the head the attempt last saw must still be the head."""
+        if now.head_snapshot_id == expected:
+            return
+        p = now.pending
+        same_run = (
+            now.watermark.source_snapshot_id == plan.from_snapshot_exclusive
+            and p is not None
+            and (p.run_id, p.to_snapshot_inclusive) == (plan.run_id, plan.to_snapshot_inclusive)
+        )
+        if same_run:
+            raise ProgressRaceError(now)
+        self.discard(data_files)
+        by = f"run {p.run_id} (part way through its range)" if p else f"run {now.watermark.run_id}"
+        raise WatermarkConflictError(
+            f"run {plan.run_id} planned from watermark {plan.from_snapshot_exclusive} but {by} moved the ledger "
+            f"first (watermark now {now.watermark.source_snapshot_id}); this chunk's {chunk.rows} result rows were "
+            "discarded (that range is someone else's)"
+        )
 
     def reset(self, to_snapshot_id: int | None, *, reason: str) -> int:
         """Record a new watermark (for the current task version) without results: an operator's move."""
@@ -304,7 +434,12 @@ class ResultsLedger:
             snapshots=0,
             to_sequence_number=target.sequence_number if target is not None else None,
         )
-        props = {**self._progress(plan), Key.WATERMARK: _snapshot_text(to_snapshot_id), Key.RESET_REASON: reason}
+        props = {
+            **self._keys(plan),
+            Key.WATERMARK: _snapshot_text(to_snapshot_id),
+            Key.SEQUENCE: _snapshot_text(plan.to_sequence_number),
+            Key.RESET_REASON: reason,
+        }
         txn = table.transaction()
         with txn.update_snapshot(snapshot_properties=props).fast_append():
             pass

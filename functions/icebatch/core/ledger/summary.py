@@ -36,6 +36,18 @@ class Key:
     TASK_VERSION = PREFIX + "task-version"
     RUN_ID = PREFIX + "run-id"
     RESET_REASON = PREFIX + "reset-reason"
+    # chunked progress: every commit of a run (its chunks; the last one also moves the watermark)
+    RANGE_END = PREFIX + "range-end-snapshot-id"  # T of the run's pinned range
+    RANGE_END_SEQUENCE = PREFIX + "range-end-sequence-number"
+    RANGE_ROWS = PREFIX + "range-rows"  # source rows the range holds
+    ROWS_COMMITTED = PREFIX + "rows-committed"  # of the range, this commit included
+    CHUNK = PREFIX + "chunk"  # 1, 2, ... over the run, whichever attempt committed it
+    ATTEMPT = PREFIX + "attempt"  # the attempt that committed this chunk (1, 2, ...)
+    ATTEMPT_ID = PREFIX + "attempt-id"  # unique per process: attempts numbered alike stay apart
+    ATTEMPT_SECONDS = PREFIX + "attempt-seconds"  # the committing attempt's lifetime so far
+    COMMIT_ID = PREFIX + "commit-id"  # <run id>/<attempt id>/<chunk>: settles an unknown commit outcome
+    ROWS_REDONE = PREFIX + "rows-redone"  # inferred again because another attempt had committed them
+    ATTEMPTS = PREFIX + "attempts"  # attempts the run has taken so far (distinct attempt ids)
     # totals of the run
     ROWS = PREFIX + "rows"
     ROWS_OK = PREFIX + "rows-ok"
@@ -93,6 +105,8 @@ class RunTotals:
     billing: BillingRate | None = None
     started_at: str = ""
     rayjob_name: str = ""
+    attempts: int = 1
+    rows_redone: int = 0
 
     def summary(self) -> dict[str, str]:
         props = {
@@ -110,6 +124,8 @@ class RunTotals:
             Key.GPUS: str(self.gpus),
             Key.STARTED_AT: self.started_at,
             Key.RAYJOB_NAME: self.rayjob_name,
+            Key.ROWS_REDONE: str(self.rows_redone),
+            Key.ATTEMPTS: str(self.attempts),
         }
         if self.engine_startup_seconds is not None:
             props[Key.ENGINE_STARTUP_SECONDS] = f"{self.engine_startup_seconds:.3f}"
@@ -132,6 +148,7 @@ class RunRecord:
     task: str
     task_version: int
     properties: Mapping[str, str] = field(default_factory=dict)
+    range_end: int = 0  # T of the run's range (= to_snapshot_inclusive once the run is complete)
 
     @property
     def is_reset(self) -> bool:
@@ -171,6 +188,8 @@ class RunRecord:
             ),
             started_at=self.text(Key.STARTED_AT),
             rayjob_name=self.text(Key.RAYJOB_NAME),
+            attempts=int(self.number(Key.ATTEMPTS, 1)),
+            rows_redone=int(self.number(Key.ROWS_REDONE)),
         )
 
 
@@ -197,32 +216,131 @@ def task_version_of(summary: Mapping[str, str]) -> int:
         return 1
 
 
+def _check_source(summary: Mapping[str, str], source_table: str) -> None:
+    recorded_source = summary.get(Key.SOURCE_TABLE)
+    if recorded_source and recorded_source != source_table:
+        raise WatermarkError(
+            f"the results table records progress for source {recorded_source!r}, not {source_table!r}. "
+            "Fix: give this consumer its own results table (consumers file)"
+        )
+
+
+def properties(snap: Snapshot) -> dict[str, str]:
+    """A snapshot's summary properties as a plain dict.
+
+    (pyiceberg's ``Summary`` answers ``None`` for a missing key instead of raising, so ``key in summary``
+    is always true on it: never test membership on a ``Summary``.)
+    """
+    return dict(snap.summary.additional_properties) if snap.summary is not None else {}
+
+
+def _is_progress(props: Mapping[str, str], task_version: int) -> bool:
+    """A commit of this task version's progress: a run's chunk, its last commit, or a reset."""
+    if Key.WATERMARK not in props and Key.CHUNK not in props:
+        return False  # a compaction of the ledger, or some other writer's commit
+    return task_version_of(props) == task_version
+
+
 def read_watermark(ledger_meta: TableMetadata | None, source_table: str, task_version: int) -> Watermark:
     """The newest ledger snapshot (along main's ancestry) that records a watermark for this task version."""
+    return read_progress(ledger_meta, source_table, task_version).watermark
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A run whose range is partly committed: some chunks landed, its last commit (the watermark) not yet."""
+
+    run_id: str
+    from_snapshot_exclusive: int | None
+    to_snapshot_inclusive: int
+    to_sequence_number: int | None
+    range_rows: int
+    rows_committed: int
+    chunks: int
+    chunk_snapshot_ids: tuple[int, ...]  # oldest first
+    attempts: int  # distinct attempts that committed a chunk
+    attempt_seconds: float  # summed over those attempts: each one's lifetime at its last commit
+    head: RunRecord  # the newest chunk: its totals are the run's so far
+
+    @property
+    def rows_remaining(self) -> int:
+        return max(0, self.range_rows - self.rows_committed)
+
+    def describe(self) -> str:
+        return (
+            f"run {self.run_id}: {self.rows_committed:,} of {self.range_rows:,} rows committed in {self.chunks} "
+            f"chunk{'s' if self.chunks != 1 else ''} by {self.attempts} attempt{'s' if self.attempts != 1 else ''}"
+        )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A consumer's progress for one task version: its watermark, a partly committed run, and the CAS value."""
+
+    watermark: Watermark
+    head_snapshot_id: int | None  # the newest commit of this task version (chunk or watermark): what a commit expects
+    pending: Pending | None = None
+
+
+def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_version: int) -> Progress:
+    """Walk main's ancestry back to this task version's watermark, collecting the chunks committed since."""
     from pyiceberg.table.snapshots import ancestors_of
 
-    if ledger_meta is None:
-        return Watermark(None, None)
+    if ledger_meta is None or ledger_meta.current_snapshot() is None:
+        return Progress(Watermark(None, None), None)
+    head: int | None = None
+    chunks: list[Snapshot] = []
+    watermark = Watermark(None, None)
     for snap in ancestors_of(ledger_meta.current_snapshot(), ledger_meta):
-        summary = snap.summary
-        if summary is None or Key.WATERMARK not in summary or task_version_of(summary) != task_version:
-            continue  # a compaction of the ledger, or another task version's progress
-        recorded_source = summary.get(Key.SOURCE_TABLE)
-        if recorded_source and recorded_source != source_table:
-            raise WatermarkError(
-                f"the results table records progress for source {recorded_source!r}, not {source_table!r}. "
-                "Fix: give this consumer its own results table (consumers file)"
-            )
+        summary = properties(snap)
+        if not _is_progress(summary, task_version):
+            continue
+        _check_source(summary, source_table)
+        head = snap.snapshot_id if head is None else head
+        if Key.WATERMARK not in summary:
+            chunks.append(snap)
+            continue
         where = f"ledger snapshot {snap.snapshot_id}"
         wm = parse_snapshot_id(summary.get(Key.WATERMARK), where=where)
         seq = parse_snapshot_id(summary.get(Key.SEQUENCE), where=where)
-        return Watermark(wm, snap.snapshot_id, summary.get(Key.RUN_ID), snap.timestamp_ms, seq)
-    return Watermark(None, None)
+        watermark = Watermark(wm, snap.snapshot_id, summary.get(Key.RUN_ID), snap.timestamp_ms, seq)
+        break
+    return Progress(watermark, head, _pending(chunks[::-1], watermark) if chunks else None)
+
+
+def _pending(chunks: list[Snapshot], watermark: Watermark) -> Pending:
+    """The partly committed run, from its chunks (oldest first); they must all be of one range from W."""
+    records = [record(s) for s in chunks]
+    newest = records[-1]
+    for r in records:
+        starts = r.from_snapshot_exclusive
+        if (r.run_id, starts, r.range_end) != (newest.run_id, watermark.source_snapshot_id, newest.range_end):
+            raise WatermarkError(
+                f"ledger snapshot {r.ledger_snapshot_id} records a chunk of run {r.run_id[:80]!r} over "
+                f"({starts}, {r.range_end}], which does not continue the watermark {watermark.source_snapshot_id}. "
+                "Fix: `icebatch ledger reset --to-snapshot <id>` records where to resume"
+            )
+    seconds: dict[str, float] = {}
+    for r in records:
+        seconds[r.text(Key.ATTEMPT_ID, r.run_id)] = r.number(Key.ATTEMPT_SECONDS)
+    where = f"ledger snapshot {newest.ledger_snapshot_id}"
+    return Pending(
+        run_id=newest.run_id,
+        from_snapshot_exclusive=watermark.source_snapshot_id,
+        to_snapshot_inclusive=newest.range_end,
+        to_sequence_number=parse_snapshot_id(newest.properties.get(Key.RANGE_END_SEQUENCE), where=where),
+        range_rows=int(newest.number(Key.RANGE_ROWS)),
+        rows_committed=int(newest.number(Key.ROWS_COMMITTED)),
+        chunks=len(records),
+        chunk_snapshot_ids=tuple(r.ledger_snapshot_id for r in records),
+        attempts=len(seconds),
+        attempt_seconds=sum(seconds.values()),
+        head=newest,
+    )
 
 
 def record(snap: Snapshot) -> RunRecord:
-    assert snap.summary is not None
-    props = dict(snap.summary.additional_properties)
+    props = properties(snap)
     where = f"ledger snapshot {snap.snapshot_id}"
     return RunRecord(
         run_id=props.get(Key.RUN_ID, ""),
@@ -233,21 +351,33 @@ def record(snap: Snapshot) -> RunRecord:
         task=props.get(Key.TASK, ""),
         task_version=task_version_of(props),
         properties=props,
+        range_end=parse_snapshot_id(props.get(Key.RANGE_END) or props.get(Key.WATERMARK), where=where) or 0,
     )
 
 
 def find_run(ledger_meta: TableMetadata | None, run_id: str) -> RunRecord | None:
-    """The ledger snapshot committed by ``run_id``, if any."""
+    """The ledger snapshot that completed ``run_id`` (moved the watermark), if any."""
     if ledger_meta is None:
         return None
     for snap in sorted(ledger_meta.snapshots, key=lambda s: s.timestamp_ms, reverse=True):
-        if snap.summary is not None and snap.summary.get(Key.RUN_ID) == run_id:
+        s = properties(snap)
+        if s.get(Key.RUN_ID) == run_id and Key.WATERMARK in s:
+            return record(snap)
+    return None
+
+
+def find_commit(ledger_meta: TableMetadata | None, commit_id: str) -> RunRecord | None:
+    """The ledger snapshot of one chunk commit (``Key.COMMIT_ID``), if it landed."""
+    if ledger_meta is None:
+        return None
+    for snap in sorted(ledger_meta.snapshots, key=lambda s: s.timestamp_ms, reverse=True):
+        if properties(snap).get(Key.COMMIT_ID) == commit_id:
             return record(snap)
     return None
 
 
 def list_runs(ledger_meta: TableMetadata | None) -> list[RunRecord]:
-    """Committed runs (and resets) along main's ancestry, newest first, every task version."""
+    """Completed runs (and resets) along main's ancestry, newest first, every task version (chunks: ``Pending``)."""
     from pyiceberg.table.snapshots import ancestors_of
 
     if ledger_meta is None:
@@ -255,7 +385,7 @@ def list_runs(ledger_meta: TableMetadata | None) -> list[RunRecord]:
     return [
         record(s)
         for s in ancestors_of(ledger_meta.current_snapshot(), ledger_meta)
-        if s.summary is not None and Key.RUN_ID in s.summary
+        if Key.RUN_ID in (props := properties(s)) and Key.WATERMARK in props
     ]
 
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from icebatch.core.errors import PermanentError
 from icebatch.core.settings import Settings
 from icebatch.tools.cli.common import bounded_int, consumer_option, duration, one, print_json, selected
+
+if TYPE_CHECKING:
+    from icebatch.core.ledger import Pending
 
 
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
@@ -27,14 +31,35 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def pending_dict(p: Pending | None) -> dict[str, Any] | None:
+    """A run part way through its range, as ``backlog --json`` and ``ledger runs --json`` show it."""
+    if p is None:
+        return None
+    return {
+        "run_id": p.run_id,
+        "from_snapshot_exclusive": p.from_snapshot_exclusive,
+        "to_snapshot_inclusive": p.to_snapshot_inclusive,
+        "range_rows": p.range_rows,
+        "rows_committed": p.rows_committed,
+        "chunks": p.chunks,
+        "attempts": p.attempts,
+    }
+
+
 def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.core.ledger import open_ledger
 
-    backlogs = [(c, open_ledger(settings, c, control_plane=True).backlog()) for c in selected(settings, args.consumer)]
+    found = []
+    for c in selected(settings, args.consumer):
+        ledger = open_ledger(settings, c, control_plane=True)
+        progress = ledger.progress()
+        found.append((c, ledger.backlog(watermark=progress.watermark), progress.pending))
     if args.json:
-        print_json([{**b.to_dict(), "task_version": c.task_version} for c, b in backlogs])
+        print_json(
+            [{**b.to_dict(), "task_version": c.task_version, "in_progress": pending_dict(p)} for c, b, p in found]
+        )
         return 0
-    for c, b in backlogs:
+    for c, b, p in found:
         age = b.oldest_pending_age_seconds()
         print(f"consumer              : {c.name} ({c.task.name} v{c.task_version})")
         print(f"source table          : {b.source_table}")
@@ -44,6 +69,8 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
         print(f"oldest unprocessed age: {'-' if age is None else duration(age)}")
         if b.skipped:
             print(f"not processed         : {b.skipped_rows} rows added by overwrite snapshots")
+        if p is not None:
+            print(f"in progress           : {p.describe()} (to snapshot {p.to_snapshot_inclusive})")
         print()
     return 0
 
@@ -91,9 +118,12 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.core.ledger import Key, open_ledger
 
-    rows = []
+    rows, in_progress = [], []
     for consumer in selected(settings, args.consumer):
-        for r in open_ledger(settings, consumer, control_plane=True).runs()[: args.limit]:
+        ledger = open_ledger(settings, consumer, control_plane=True)
+        if (pending := pending_dict(ledger.pending())) is not None:
+            in_progress.append({"consumer": consumer.name, **pending})
+        for r in ledger.runs()[: args.limit]:
             rows.append(
                 {
                     "consumer": consumer.name,
@@ -105,17 +135,23 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
                     "rows": int(r.number(Key.ROWS)),
                     "rows_error": int(r.number(Key.ROWS_ERROR)),
                     "output_tokens": int(r.number(Key.OUTPUT_TOKENS)),
+                    "chunks": int(r.number(Key.CHUNK, 1)),
+                    "attempts": int(r.number(Key.ATTEMPTS, 1)),
                 }
             )
     if args.json:
-        print_json(rows)
-    elif not rows:
-        print("no runs committed yet")
-    for row in [] if args.json else rows:
+        print_json({"runs": rows, "in_progress": in_progress})
+        return 0
+    for p in in_progress:
+        print(f"{p['consumer']:<10} {p['run_id']:<36} in progress: {p['rows_committed']:,} of {p['range_rows']:,} rows "
+              f"committed in {p['chunks']} chunk(s) by {p['attempts']} attempt(s)")  # fmt: skip
+    if not rows:
+        print("no runs completed yet")
+    for row in rows:
         print(
             f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} {row['from_snapshot_exclusive']} -> "
             f"{row['to_snapshot_inclusive']}  rows={row['rows']} errors={row['rows_error']} "
-            f"output_tokens={row['output_tokens']}"
+            f"output_tokens={row['output_tokens']} chunks={row['chunks']} attempts={row['attempts']}"
         )
     return 0
 

@@ -1,0 +1,102 @@
+"""The rows a run has at risk: released to the engine and not yet committed, never more than one chunk.
+
+A streaming pipeline runs ahead of its consumer: left alone, Ray Data would read, prompt and infer the
+whole range while the job commits the first chunks, and a kill would throw all of that away. So a gate
+stage right after the read (``gate``) takes a permit per row from a ``RowWindow`` (a Ray actor) before
+it hands rows on, and the job gives permits back as it commits (``ChunkCommitter``): at most
+``ICEBATCH_CHUNK_ROWS`` rows are ever between the gate and the ledger, so a kill redoes at most one
+chunk. The gate sees blocks of one engine batch each (``repartition(target_num_rows_per_block=...)``):
+a Ray Data task hands on its output only when it ends, so a task holding several batches' worth of rows
+would wait for permits that only its own rows, once handed on, can bring back.
+
+The job commits every ``chunk_rows - in_flight`` rows (``commit_every``), where ``in_flight`` is what the
+pipeline needs in hand to keep the engine busy while a commit runs and to fill its batches
+(``icebatch_job.pipeline.in_flight_rows``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import ray
+import ray.data
+from icebatch.core.errors import ConfigError
+
+
+@ray.remote(num_cpus=0)
+class _Permits:
+    def __init__(self, rows: int) -> None:
+        self.capacity = rows
+        self.free = rows
+        self.changed = asyncio.Condition()
+
+    async def acquire(self, n: int) -> None:
+        async with self.changed:
+            # a piece bigger than the window waits for the whole window
+            await self.changed.wait_for(lambda: self.free >= min(n, self.capacity))
+            self.free -= n
+
+    async def release(self, n: int) -> None:
+        async with self.changed:
+            self.free += n
+            self.changed.notify_all()
+
+    async def available(self) -> int:
+        return self.free
+
+
+class RowWindow:
+    """Permits for ``rows`` rows in flight (read tasks acquire, the job releases as it commits)."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.actor: Any = _Permits.remote(rows)  # type: ignore[attr-defined]
+
+    def acquire(self, n: int) -> None:
+        ray.get(self.actor.acquire.remote(n))
+
+    def release(self, n: int) -> None:
+        if n > 0:
+            self.actor.release.remote(n)
+
+    def available(self) -> int:
+        return int(ray.get(self.actor.available.remote()))
+
+
+class _Gate:
+    """Ray Data UDF: hands a batch on once the window has permits for its rows."""
+
+    def __init__(self, window: RowWindow) -> None:
+        self.window = window
+
+    def __call__(self, batch: Any) -> Any:
+        self.window.acquire(batch.num_rows)
+        return batch
+
+
+def gate(dataset: ray.data.Dataset, window: RowWindow, rows_per_block: int) -> ray.data.Dataset:
+    """The dataset's rows, no more of them past this stage than the window allows."""
+    import ray.data
+
+    from icebatch_job.columns import SMALL_CPU
+
+    return dataset.repartition(target_num_rows_per_block=rows_per_block).map_batches(
+        _Gate,
+        fn_constructor_kwargs={"window": window},
+        batch_size=None,  # one block (at most ``rows_per_block`` rows) per call and per task
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=SMALL_CPU,
+    )
+
+
+def commit_every(chunk_rows: int, in_flight: int) -> int:
+    """How many finished rows make a commit, so that finished + in flight never exceed one chunk."""
+    if chunk_rows < 2 * in_flight:
+        raise ConfigError(
+            f"ICEBATCH_CHUNK_ROWS={chunk_rows} is too small for this pipeline: it keeps up to {in_flight} rows in "
+            f"flight (batches being filled and inferred), and a chunk must hold at least twice that. Set "
+            f"ICEBATCH_CHUNK_ROWS to {2 * in_flight} or more, or lower ICEBATCH_BATCH_SIZE"
+        )
+    return chunk_rows - in_flight

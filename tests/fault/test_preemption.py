@@ -1,0 +1,197 @@
+"""Preemption-safe progress with the real job killed for real: SIGKILL at 20 points, SIGTERM, two attempts.
+
+Each attempt is ``python -m icebatch_job run`` in its own process tree (Ray included), with the pod's
+environment, against vLLM's OpenAI server (the endpoint engine mode); the counting proxy in front of the
+server measures the work done, so the work redone by each kill is measured, not assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+from collections import Counter
+
+import pytest
+from icebatch.core.catalog import open_catalog
+from icebatch.core.consumers import Consumer, consumer_named, load_consumers
+from icebatch.core.ledger import ResultsLedger, open_ledger
+from icebatch.core.settings import Settings
+from icebatch_job.pipeline import in_flight_rows
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.window import commit_every
+
+from tests.fault.conftest import Endpoint
+from tests.support.job_process import JobProcess, start_job
+
+pytestmark = [pytest.mark.fault]
+POINTS = ("read", "chunk.buffered", "chunk.written", "commit.before", "commit.after", "chunk.between")
+SEED = 20261129
+
+
+def _consumer(s: Settings) -> Consumer:
+    return consumer_named(load_consumers(s), "triage")
+
+
+def _ledger(s: Settings) -> ResultsLedger:
+    return open_ledger(s, _consumer(s))
+
+
+def _tickets(s: Settings, n: int, seed: int) -> None:
+    append_tickets(
+        ensure_source_table(open_catalog(s), s.catalog.source_table), generate_tickets(n, random.Random(seed))
+    )
+
+
+def _committed(ledger: ResultsLedger) -> list[tuple[str, int]]:
+    table = ledger.results()
+    if table is None:
+        return []
+    rows = table.scan(selected_fields=("source_file", "source_pos")).to_arrow().to_pylist()
+    return [(r["source_file"], r["source_pos"]) for r in rows]
+
+
+def _source_rows(ledger: ResultsLedger) -> set[tuple[str, int]]:
+    out: set[tuple[str, int]] = set()
+    for task in ledger.source().scan().plan_files():
+        out.update((task.file.file_path, i) for i in range(task.file.record_count))
+    return out
+
+
+def _watermark_sequence(ledger: ResultsLedger) -> int:
+    wm = ledger.watermark().source_snapshot_id
+    snap = ledger.source().metadata.snapshot_by_id(wm) if wm is not None else None
+    return snap.sequence_number if snap is not None and snap.sequence_number is not None else 0
+
+
+def _check(ledger: ResultsLedger, last_sequence: int) -> int:
+    """The invariants after any kill: no source row twice, nothing not from the source, no regression."""
+    committed = _committed(ledger)
+    twice = [k for k, n in Counter(committed).items() if n > 1]
+    assert twice == [], f"source rows committed twice: {twice[:5]}"
+    assert set(committed) <= _source_rows(ledger)
+    sequence = _watermark_sequence(ledger)
+    assert sequence >= last_sequence, "the watermark went backwards"
+    return sequence
+
+
+def _events(s: Settings) -> list[dict]:
+    path = s.home / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _cadence(s: Settings) -> int:
+    """Finished rows per commit (the rest of a chunk is the pipeline's rows in flight)."""
+    return commit_every(s.progress.chunk_rows, in_flight_rows(s))
+
+
+def test_sigkill_at_twenty_points_loses_nothing_and_redoes_at_most_a_chunk(
+    job_settings: Settings, endpoint: Endpoint
+) -> None:
+    # given a commit every 36 finished rows, new tickets whenever a run ends, and kill points drawn at random
+    s, rng = job_settings, random.Random(SEED)
+    _tickets(s, 90, seed=1)
+    ledger = _ledger(s)
+    sequence, attempts, redone = 0, 0, []
+    while len(redone) < 20:
+        attempts += 1
+        assert attempts <= 40, f"only {len(redone)} of 40 attempts reached their kill point (seed {SEED})"
+        point, hit = rng.choice(POINTS), rng.randint(1, 2)
+        if ledger.pending() is None and ledger.backlog().rows < 100:  # enough for any point of a new run
+            for part in range(2):  # two snapshots: a range of several files and chunks
+                _tickets(s, 50, seed=1000 * attempts + part)
+        # when an attempt runs until it reaches the point, and the whole process tree is SIGKILLed there
+        requests, committed = endpoint.counts["requests"], len(_committed(ledger))
+        job = start_job(s, _consumer(s), failpoint=f"{point}@{hit}", tag=f"kill{attempts}")
+        if job.wait_for_failpoint() is None:  # the attempt finished what was left of a run first
+            assert job.wait() == 0, job.output()[-3000:]
+        else:
+            job.kill_tree()
+            # then what it did beyond what it committed is at most one chunk
+            redone.append(endpoint.counts["requests"] - requests - (len(_committed(ledger)) - committed))
+        # and nothing is duplicated or invented, and the watermark never regresses
+        sequence = _check(ledger, sequence)
+    # when a last attempt runs without a failpoint
+    job = start_job(s, _consumer(s), tag="final")
+    assert job.wait() == 0, job.output()[-3000:]
+    # then every source row has exactly one result row, and the ledger has nothing pending
+    assert sorted(_committed(ledger)) == sorted(_source_rows(ledger)), f"seed {SEED}"
+    assert ledger.plan() is None
+    # and no kill cost more than one chunk of work
+    assert max(redone) <= s.progress.chunk_rows, f"redone per kill {redone} (seed {SEED})"
+
+
+@pytest.mark.parametrize("hit", [1, 6])
+def test_sigterm_commits_the_finished_rows_and_reports_a_resumable_failure(
+    job_settings: Settings, endpoint: Endpoint, hit: int
+) -> None:
+    # given an attempt paused mid-chunk, holding finished rows it has not committed
+    s = job_settings
+    _tickets(s, 100, seed=2)
+    ledger = _ledger(s)
+    job = start_job(s, _consumer(s), failpoint=f"chunk.buffered@{hit}", tag="term")
+    assert job.wait_for_failpoint() is not None
+    before = len(_committed(ledger))
+    # when it gets SIGTERM (a spot interruption notice)
+    job.signal(signal.SIGTERM)
+    # then it exits as interrupted, having committed every row it had finished
+    assert job.wait(120) == 130, job.output()[-3000:]
+    [failed] = [e["detail"] for e in _events(s) if e["detail-type"] == "Batch Job Failed"]
+    committed = len(_committed(ledger))
+    assert committed == failed["rows_committed"] == failed["rows_processed"] > before
+    assert committed % _cadence(s) != 0  # the part-chunk in hand was committed, not dropped
+    assert failed["resumable"] is True and failed["retryable"] is True and "interrupted" in failed["reason"]
+    # and the next attempt does only the rest
+    requests = endpoint.counts["requests"]
+    resumed = start_job(s, _consumer(s), tag="resume")
+    assert resumed.wait() == 0, resumed.output()[-3000:]
+    assert endpoint.counts["requests"] - requests == 100 - committed
+    assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
+    [completed] = [e["detail"] for e in _events(s) if e["detail-type"] == "Batch Job Completed"]
+    assert (completed["rows"], completed["attempts"]) == (100, 2)
+
+
+def test_a_signal_during_a_commit_waits_for_it_and_the_drain_has_a_deadline(job_settings: Settings) -> None:
+    # given an attempt paused just before its first commit reaches the catalog (a critical section)
+    s = job_settings.with_overrides(drain_seconds=3)
+    _tickets(s, 30, seed=3)
+    job = start_job(s, _consumer(s), failpoint="commit.before@1", tag="deadline")
+    assert job.wait_for_failpoint() is not None
+    # when SIGTERM arrives and the commit never ends, then the drain budget ends the process
+    job.signal(signal.SIGTERM)
+    assert job.wait(120) == 130
+    assert "not done 3 s after the signal (ICEBATCH_DRAIN_SECONDS)" in job.output()
+
+
+def test_a_second_signal_exits_at_once(job_settings: Settings) -> None:
+    # given an attempt paused inside a commit, with a long drain budget
+    s = job_settings.with_overrides(drain_seconds=100)
+    _tickets(s, 30, seed=4)
+    job = start_job(s, _consumer(s), failpoint="commit.before@1", tag="twice")
+    assert job.wait_for_failpoint() is not None
+    # when a second signal follows the first (once the first was taken), then it ends the process at once
+    job.signal(signal.SIGTERM)
+    job.wait_for_output("a second signal exits at once")
+    job.signal(signal.SIGTERM)
+    assert job.wait(60) == 130
+    assert "second signal" in job.output()
+
+
+def test_two_attempts_of_one_run_at_once_commit_each_row_once(job_settings: Settings) -> None:
+    # given a run killed part way through its range
+    s = job_settings
+    _tickets(s, 80, seed=5)
+    ledger = _ledger(s)
+    first = start_job(s, _consumer(s), failpoint="chunk.between@2", tag="first")
+    assert first.wait_for_failpoint() is not None
+    first.kill_tree()
+    pending = ledger.pending()
+    assert pending is not None and pending.rows_committed == 2 * _cadence(s)
+    # when two attempts of it run at the same time (a stale retry beside the next launch)
+    attempts: list[JobProcess] = [start_job(s, _consumer(s), tag=f"race{i}") for i in range(2)]
+    codes = sorted(a.wait() for a in attempts)
+    # then one completed the run and the other at most lost the race for the last commit ...
+    assert codes in ([0, 0], [0, 5]), [a.output()[-2000:] for a in attempts]
+    # ... and every row is there exactly once
+    assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
+    assert ledger.plan() is None

@@ -1,0 +1,207 @@
+"""Chunked commits on real catalogs: progress that survives a crash, resumes, and stays exactly-once.
+
+The rows are labelled by the rule-based labeller (tests/support/runs.py) through the job's own
+``ChunkCommitter`` and ledger; the real job, killed for real, is tests/fault.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from icebatch.core.catalog import open_catalog
+from icebatch.core.errors import WatermarkConflictError, WatermarkError
+from icebatch.core.ledger import Key, ResultsLedger, open_ledger
+from icebatch.core.settings import Settings
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+
+from tests.support.consumers import triage
+from tests.support.runs import Crash, dies_after, run_once, source_ids
+
+pytestmark = pytest.mark.functional
+
+
+def _ledger(settings: Settings, snapshots: int = 5, rows: int = 20) -> ResultsLedger:
+    ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+    ledger = open_ledger(settings, triage(settings))
+    for seed in range(snapshots):
+        append_tickets(ledger.source(), generate_tickets(rows, random.Random(seed)))
+    return ledger
+
+
+def _result_rows(ledger: ResultsLedger) -> list[dict]:
+    table = ledger.results()
+    if table is None:
+        return []
+    return table.scan(selected_fields=("source_id", "source_file", "source_pos", "run_id")).to_arrow().to_pylist()
+
+
+def _assert_each_source_row_once(ledger: ResultsLedger) -> None:
+    rows = _result_rows(ledger)
+    names = Counter((r["source_file"], r["source_pos"]) for r in rows)
+    assert [n for n, k in names.items() if k > 1] == []
+    assert sorted(r["source_id"] for r in rows) == sorted(source_ids(ledger))
+
+
+def _ledger_snapshots(ledger: ResultsLedger) -> list[dict[str, str]]:
+    table = ledger.results()
+    assert table is not None
+    return [dict(s.summary.additional_properties) for s in table.metadata.snapshots if s.summary]
+
+
+def test_a_run_commits_chunk_by_chunk_and_only_the_last_moves_the_watermark(any_settings: Settings) -> None:
+    # given 100 rows in 5 snapshots
+    ledger = _ledger(any_settings)
+    end = ledger.source().metadata.current_snapshot_id
+    # when a run commits every 15 rows
+    run = run_once(ledger, chunk_rows=15)
+    assert run is not None
+    # then 7 commits landed, numbered, each with the rows committed so far; only the last moved the watermark
+    commits = [s for s in _ledger_snapshots(ledger) if Key.CHUNK in s]
+    assert [int(s[Key.CHUNK]) for s in commits] == [1, 2, 3, 4, 5, 6, 7]
+    assert [int(s[Key.ROWS_COMMITTED]) for s in commits] == [15, 30, 45, 60, 75, 90, 100]
+    assert [Key.WATERMARK in s for s in commits] == [False] * 6 + [True]
+    assert {s[Key.RUN_ID] for s in commits} == {run.plan.run_id} and commits[-1][Key.WATERMARK] == str(end)
+    # and every source row has exactly one result row, which names it
+    _assert_each_source_row_once(ledger)
+    assert ledger.watermark().source_snapshot_id == end and ledger.pending() is None
+    [record] = ledger.runs()
+    assert record.run_id == run.plan.run_id and int(record.number(Key.ROWS)) == 100
+
+
+def test_a_crashed_run_is_resumed_and_only_the_rest_is_processed(any_settings: Settings) -> None:
+    # given a run of 100 rows, chunks of 15, killed after 40 rows
+    ledger = _ledger(any_settings)
+    end = ledger.source().metadata.current_snapshot_id
+    with pytest.raises(Crash):
+        run_once(ledger, chunk_rows=15, transform=dies_after(40))
+    # then two chunks (30 rows) are committed, the watermark has not moved, and the run is in progress
+    pending = ledger.pending()
+    assert pending is not None and (pending.rows_committed, pending.chunks, pending.attempts) == (30, 2, 1)
+    assert ledger.watermark().source_snapshot_id is None and pending.to_snapshot_inclusive == end
+    # when more rows arrive and the run is planned again
+    append_tickets(ledger.source(), generate_tickets(7, random.Random(99)))
+    plan = ledger.plan()
+    # then the plan resumes the same run over the same pinned range, not a new one
+    assert plan is not None and plan.resume is not None
+    assert (plan.run_id, plan.to_snapshot_inclusive) == (pending.run_id, end)
+    # when it runs, then only the 70 rows not committed are labelled, and the totals cover the whole run
+    labelled: list[int] = []
+
+    def count(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        for b in batches:
+            labelled.append(b.num_rows)
+            yield b
+
+    run = run_once(ledger, plan=plan, chunk_rows=15, transform=count)
+    assert run is not None and sum(labelled) == 70
+    _, last = ledger.runs()[0], _ledger_snapshots(ledger)[-1]
+    assert (last[Key.ROWS], last[Key.ATTEMPTS], last[Key.CHUNK]) == ("100", "2", str(2 + 5))
+    assert ledger.watermark().source_snapshot_id == end
+    # and the 7 new rows are the next run's
+    assert ledger.backlog().rows == 7 and run_once(ledger) is not None
+    _assert_each_source_row_once(ledger)
+
+
+def test_a_run_in_progress_is_not_replaced_by_another_range(settings: Settings) -> None:
+    # given a run killed part way through (W, T]
+    ledger = _ledger(settings)
+    with pytest.raises(Crash):
+        run_once(ledger, chunk_rows=10, transform=dies_after(25))
+    pending = ledger.pending()
+    assert pending is not None
+    # when a launch for another end snapshot arrives, then it is refused and says which run to resume
+    new_end = append_tickets(ledger.source(), generate_tickets(3, random.Random(5)))
+    with pytest.raises(WatermarkConflictError, match=f"run {pending.run_id}: 20 of 100 rows committed"):
+        ledger.plan(to_snapshot_inclusive=new_end)
+
+
+def test_random_crashes_mid_chunk_end_exactly_once_with_bounded_rework(settings: Settings) -> None:
+    # given 150 rows and a run that dies at a random row, again and again
+    ledger = _ledger(settings, snapshots=6, rows=25)
+    rng = random.Random(7)
+    labelled = 0
+    kills = 0
+
+    def dies_at_random(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        nonlocal labelled, kills
+        for b in batches:
+            for one in b.to_batches(max_chunksize=1):
+                if rng.random() < 0.04:
+                    kills += 1
+                    raise Crash("random kill")
+                labelled += 1
+                yield pa.Table.from_batches([one])
+
+    for _ in range(200):
+        if ledger.plan() is None:
+            break
+        try:
+            run_once(ledger, chunk_rows=10, transform=dies_at_random)
+        except Crash:
+            pass
+    # then every row is there once, and each kill cost at most the chunk it interrupted
+    assert ledger.plan() is None and kills >= 3
+    _assert_each_source_row_once(ledger)
+    assert labelled - 150 <= kills * 9  # a chunk commits at 10 rows: at most 9 are held when killed
+
+
+def test_two_attempts_of_one_run_at_once_commit_each_row_once(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given a run part way through, and two attempts of it started together (a stale retry beside a new one)
+    ledger = _ledger(settings, snapshots=4, rows=30)
+    with pytest.raises(Crash):
+        run_once(ledger, chunk_rows=10, transform=dies_after(15))
+    plans = [ledger.plan(), ledger.plan()]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def attempt(i: int) -> None:
+        own = open_ledger(settings, triage(settings))  # each attempt has its own catalog connection
+
+        def interleaved(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+            for b in batches:
+                for one in b.to_batches(max_chunksize=5):
+                    barrier.wait(timeout=30)  # both hold the same rows at the same time
+                    yield pa.Table.from_batches([one])
+            barrier.abort()
+
+        try:
+            run_once(own, plan=plans[i], chunk_rows=10, transform=interleaved)
+        except threading.BrokenBarrierError:
+            pass
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    # then one attempt completed the run and the other lost only the race for the last commit
+    assert len(errors) <= 1 and all(isinstance(e, WatermarkConflictError) for e in errors), errors
+    assert ledger.plan() is None
+    # and every row is there exactly once: the rows one attempt held that the other had committed were dropped
+    _assert_each_source_row_once(ledger)
+    assert int(_ledger_snapshots(ledger)[-1][Key.ROWS]) == 120
+    assert "another attempt committed up to chunk" in caplog.text
+
+
+def test_a_chunk_chain_that_does_not_continue_the_watermark_is_refused(settings: Settings) -> None:
+    # given a run in progress, and a chunk of another run appended by some other writer
+    ledger = _ledger(settings)
+    with pytest.raises(Crash):
+        run_once(ledger, chunk_rows=10, transform=dies_after(15))
+    table = ledger.results()
+    assert table is not None
+    props = {**_ledger_snapshots(ledger)[-1], Key.RUN_ID: "someone-else", Key.CHUNK: "2"}
+    with table.transaction() as txn, txn.update_snapshot(snapshot_properties=props).fast_append():
+        pass
+    # then planning stops with the fix instead of mixing the two runs' rows
+    with pytest.raises(WatermarkError, match=r"does not continue the watermark.*icebatch ledger reset"):
+        ledger.plan()

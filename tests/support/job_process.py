@@ -1,0 +1,118 @@
+"""The job as its own process tree (``python -m icebatch_job run``, as the RayJob runs it), for fault injection.
+
+``JobProcess`` starts the job in a new session with the pod's environment (``Settings.job_environment``
+and the consumer as ``ICEBATCH_JOB_CONSUMER``), waits for a failpoint's marker file, and kills the whole
+tree: the driver, the Ray processes it started and their workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from icebatch.core.consumers import Consumer
+from icebatch.core.settings import Settings
+
+
+@dataclass
+class JobProcess:
+    proc: subprocess.Popen[str]
+    home: Path
+    log: Path
+
+    @property
+    def markers(self) -> Path:
+        return self.home / "failpoints"
+
+    def wait_for_failpoint(self, timeout: float = 300) -> str | None:
+        """The failpoint reached (its marker's name), or None when the job ended first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reached = sorted(p.name for p in self.markers.glob("*")) if self.markers.exists() else []
+            if reached:
+                return reached[0]
+            if self.proc.poll() is not None:
+                return None
+            time.sleep(0.05)
+        self.kill_tree()
+        raise TimeoutError(f"the job reached no failpoint in {timeout} s; see {self.log}")
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill_tree(self) -> None:
+        """SIGKILL to every process of the job: no handler runs, nothing is flushed."""
+        procs = self.tree()
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=30)
+        self.proc.wait(30)
+        self._clear_markers()
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait_for_output(self, text: str, timeout: float = 60) -> None:
+        """Until ``text`` is in the job's stderr (e.g. its acknowledgement of a signal)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise AssertionError(f"{text!r} not in the job's output: {self.output()[-2000:]}")
+            time.sleep(0.05)
+
+    def wait(self, timeout: float = 300) -> int:
+        """The job's exit status; the rest of its tree is reaped too (a stopped driver stops its Ray)."""
+        code = self.proc.wait(timeout)
+        leftovers = [p for p in self.tree() if p.pid != self.proc.pid]
+        psutil.wait_procs(leftovers, timeout=30)
+        for p in leftovers:
+            if p.is_running():
+                p.kill()
+        self._clear_markers()
+        return code
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def result(self) -> dict[str, Any]:
+        """The one JSON document a ``--json`` run prints on stdout."""
+        assert self.proc.stdout is not None
+        return dict(json.loads(self.proc.stdout.read()))
+
+    def _clear_markers(self) -> None:
+        if self.markers.exists():
+            for marker in self.markers.glob("*"):
+                marker.unlink()
+
+
+def start_job(settings: Settings, consumer: Consumer, *, failpoint: str | None = None, tag: str = "job") -> JobProcess:
+    """``python -m icebatch_job run --json`` in its own session, with the environment a RayJob's pod gets."""
+    env = settings.job_environment(job_consumer=consumer.to_json(), failpoint=failpoint)
+    env.update({k: os.environ[k] for k in ("PATH", "PYTHONPATH", "HOME", "HF_HUB_OFFLINE") if k in os.environ})
+    log = settings.home / f"{tag}-{time.monotonic_ns()}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "icebatch_job", "run", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+    return JobProcess(proc, settings.home, log)
