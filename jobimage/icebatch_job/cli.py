@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, IcebatchError, exit_status
+from icebatch.core.json_stdout import stdout_kept_for_json
 from icebatch.core.settings import Settings
 
 RUN_HELP = "read new rows, label them with the LLM, commit results + watermark"
@@ -69,7 +70,8 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
         rayjob_name=args.rayjob_name,
         consumer=args.consumer,
     )
-    result = run_job(settings, request, out=(lambda _text: None) if args.json else print, interrupts=interrupts)
+    with stdout_kept_for_json(args.json):  # Ray forwards the engine's output to this process's stdout
+        result = run_job(settings, request, out=(lambda _text: None) if args.json else print, interrupts=interrupts)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str))
     return STATUS[result.status]

@@ -145,6 +145,7 @@ def test_sigterm_commits_the_finished_rows_and_reports_a_resumable_failure(
     requests = endpoint.counts["requests"]
     resumed = start_job(s, _consumer(s), tag="resume")
     assert resumed.wait() == 0, resumed.output()[-3000:]
+    assert resumed.result()["status"] == "completed"  # --json: stdout is the one summary, Ray's chatter elsewhere
     assert endpoint.counts["requests"] - requests == 100 - committed
     assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
     [completed] = [e["detail"] for e in _events(s) if e["detail-type"] == "Batch Job Completed"]

@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 
 from icebatch.core.settings import Settings
-from icebatch.tools.cli.launch import only_json_on_stdout
 
 
 def cmd_job_run(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch_job.cli import run_command
 
-    with only_json_on_stdout(args.json):  # a local bus's reporter prints too
-        return run_command(args, settings)
+    return run_command(args, settings)  # with --json, only the summary reaches stdout
 
 
 def cmd_model_tiny(args: argparse.Namespace, settings: Settings) -> int:

@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from icebatch.core.errors import EXIT_OK, EXIT_PERMANENT
+from icebatch.core.json_stdout import stdout_kept_for_json
 from icebatch.core.settings import Settings
 from icebatch.tools.cli.common import consumer_option, print_json
 
 DECISION_KEYS = ("consumer", "task_version", "trigger", "origin", "table", "watermark_snapshot_id",
                  "current_snapshot_id", "backlog_rows", "oldest_unprocessed_age_seconds", "threshold", "estimate_usd",
                  "active_job", "decision", "reason", "job_name", "gpus", "submission")  # fmt: skip
-
-
-@contextlib.contextmanager
-def only_json_on_stdout(as_json: bool) -> Iterator[None]:
-    """With --json, whatever the handlers print (a local job's report, say) goes to stderr instead."""
-    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-        yield
 
 
 def print_decisions(response: dict[str, Any], *, as_json: bool, show_manifests: bool) -> int:
@@ -56,7 +48,7 @@ def cmd_launch(args: argparse.Namespace, settings: Settings) -> int:
     }
     if args.consumer:
         event["consumer"] = args.consumer
-    with only_json_on_stdout(args.json):
+    with stdout_kept_for_json(args.json):
         response = invoke("launcher", event, settings, logs_to_stderr=True)
     return print_decisions(response, as_json=args.json, show_manifests=args.dry_run)
 
@@ -67,10 +59,10 @@ def cmd_invoke(args: argparse.Namespace, settings: Settings) -> int:
     event = load_event(Path(args.event))
     if args.function == "launcher":
         s = settings.with_overrides(dry_run=True) if args.dry_run else settings
-        with only_json_on_stdout(args.json):
+        with stdout_kept_for_json(args.json):
             response = invoke("launcher", event, s, logs_to_stderr=True)
         return print_decisions(response, as_json=args.json, show_manifests=args.dry_run)
-    with only_json_on_stdout(args.json):  # stdout carries only the handler's response (as `sam local invoke`)
+    with stdout_kept_for_json(args.json):  # stdout carries only the handler's response (as `sam local invoke`)
         response = invoke(args.function, event, settings, logs_to_stderr=True)
     if args.json:
         print_json(response)
