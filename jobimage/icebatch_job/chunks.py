@@ -157,6 +157,7 @@ class ChunkCommitter:
         self.received = 0  # result rows handed to this attempt
         self.committed = 0  # ... of which this attempt committed
         self.redone = 0  # ... of which another attempt had committed first
+        self.commit_seconds = 0.0  # spent writing and committing chunks before the last: what chunking costs
 
     # --- feeding ----------------------------------------------------------------------------------
     def add(self, rows: pa.Table) -> None:
@@ -194,8 +195,11 @@ class ChunkCommitter:
 
     def commit(self, *, final: bool, rows: int | None = None) -> CommitResult | None:
         """Commit the first ``rows`` rows held (default: all of them)."""
+        started = time.perf_counter()
         with self.guard():
             result = self._commit(final, rows)
+        if not final:
+            self.commit_seconds += time.perf_counter() - started
         failpoint("chunk.between")
         return result
 

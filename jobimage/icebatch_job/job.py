@@ -64,6 +64,7 @@ class JobResult:
     plan: RunPlan | None = None
     completed: BatchJobCompleted | None = None
     failed: BatchJobFailed | None = None
+    chunk_commit_seconds: float = 0.0  # writing and committing the chunks before the last (this attempt)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "rows": 0}
@@ -90,6 +91,8 @@ class JobResult:
                 new_watermark=e.range.to_inclusive,
                 results_location=e.results_location,
                 labels=e.labels,
+                chunks=e.chunks,
+                chunk_commit_seconds=round(self.chunk_commit_seconds, 3),
             )
         if self.failed is not None:
             out.update(error_type=self.failed.error_type, reason=self.failed.reason, stage=self.failed.stage)
@@ -338,7 +341,7 @@ def completed(run: JobRun, commit: CommitResult) -> JobResult:
     )
     run.out(completed_text(event, include_state=False))
     publish(run.publisher, event)
-    return JobResult("completed", plan=run.plan, completed=event)
+    return JobResult("completed", plan=run.plan, completed=event, chunk_commit_seconds=c.commit_seconds)
 
 
 def failed_event(run: JobRun, error: BaseException, *, retryable: bool) -> BatchJobFailed:
