@@ -32,13 +32,14 @@ export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 # the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
 export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help env demo test test-fast test-fault test-engine test-aws lint sam-venv sam-check format bench lock clean
+.PHONY: help env demo test test-fast test-fault test-reliability reliability tiers test-engine test-aws lint sam-venv sam-check format bench lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
 	@echo "make test   - lint, type-check and run the test suite (all tiers)"
 	@echo "make test-aws - the production path against AWS APIs (moto) as template.yaml deploys it"
 	@echo "make test-fault - the real job killed (SIGKILL, SIGTERM) at chosen points, resumed after each"
+	@echo "make test-reliability - the concurrency tests alone, then 20 times in a shuffled order"
 	@echo "make bench  - run the benchmarks (results in bench/results/)"
 	@echo "make lint   - ruff + mypy only"
 	@echo "make lock   - re-resolve requirements/dev.lock from pyproject.toml"
@@ -89,23 +90,28 @@ sam-check: $(SAM_VENV)/.installed
 	@du -sh $(ICEBATCH_CACHE)/sam-build/LauncherFunction | sed 's/^/launcher bundle (unzipped): /'
 
 # Tiers: fast (unit, contract, functional), fault (the real job killed at chosen points, behind one small
-# vLLM server), engine + e2e (real vLLM on CPU), aws (the production path on moto, with the engine too).
-# Each runs in its own process: a native crash in one cannot take the others down. The fault tier runs
-# beside the fast tier (one small engine against many short tests); its log is printed when both end.
-# The tests transform template.yaml with SAM's own translator, from SAM CLI's virtualenv.
+# vLLM server), engine + e2e (real vLLM on CPU), aws (the production path on moto, with the engine too),
+# reliability (the tests that race threads, alone and 20 times shuffled). Each runs in its own process: a
+# native crash in one cannot take the others down. The fault tier (the longest: its job is started some 40
+# times) runs in the background of all the others, and reliability beside engine; a background tier's log
+# is printed when its foreground ends. The tests transform template.yaml with SAM's own translator, from SAM
+# CLI's virtualenv.
 export SAM_PYTHON := $(SAM_VENV)/bin/python
 FAST := not engine and not e2e and not aws and not fault
-FAULT_LOG := $(ICEBATCH_HOME)/test-fault.log
+LOGS := $(ICEBATCH_HOME)/test-logs
+# $(call beside,<background command>,<name>,<foreground command>): both run; fails if either failed
+beside = mkdir -p $(LOGS); echo "== $(2) started in the background (log: $(LOGS)/$(2).log)"; \
+	( $(1) ) >$(LOGS)/$(2).log 2>&1 & bg=$$!; \
+	fg=0; $(3) || fg=$$?; rc=0; wait $$bg || rc=$$?; \
+	echo "== $(2) (exit $$rc)"; cat $(LOGS)/$(2).log; [ $$fg -eq 0 ] && [ $$rc -eq 0 ]
 
 test: lint sam-check
-	@mkdir -p $(ICEBATCH_HOME)
-	@echo "== fault tier started beside the fast tier (log: $(FAULT_LOG))"
-	@$(PY) -m pytest -m fault $(PYTEST_ARGS) >$(FAULT_LOG) 2>&1 & fault=$$!; \
-	fast=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || fast=$$?; \
-	rc=0; wait $$fault || rc=$$?; \
-	echo "== fault tier (exit $$rc)"; cat $(FAULT_LOG); \
-	[ $$fast -eq 0 ] && [ $$rc -eq 0 ]
-	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
+	@$(call beside,$(PY) -m pytest -m fault $(PYTEST_ARGS),fault,$(MAKE) --no-print-directory tiers)
+
+# make test's foreground, beside the fault tier: fast, then engine beside reliability, then aws.
+tiers:
+	$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS)
+	@$(call beside,$(MAKE) --no-print-directory reliability,reliability,$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS))
 	$(PY) -m pytest -m aws $(PYTEST_ARGS)
 
 test-fast: env $(SAM_VENV)/.installed
@@ -113,6 +119,16 @@ test-fast: env $(SAM_VENV)/.installed
 
 test-fault: env
 	$(PY) -m pytest -m fault $(PYTEST_ARGS)
+
+# The tests that race threads or processes: each alone in a fresh process, then all of them 20 times in
+# a shuffled order (the seed is printed; ICEBATCH_TEST_SHUFFLE=<seed> replays it).
+RELIABILITY_SEED ?= $(shell date +%s)
+test-reliability: env $(SAM_VENV)/.installed reliability
+
+reliability:
+	@for t in $$($(PY) -m pytest -m concurrency --collect-only -q -p no:cacheprovider | grep '::'); do \
+		echo "== alone: $$t"; $(PY) -m pytest -q -p no:cacheprovider "$$t" || exit 1; done
+	ICEBATCH_TEST_REPEAT=20 ICEBATCH_TEST_SHUFFLE=$(RELIABILITY_SEED) $(PY) -m pytest -q -m concurrency $(PYTEST_ARGS)
 
 test-engine: env
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)

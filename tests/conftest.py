@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,3 +61,24 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from icebatch_job.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+# --- make test-reliability: the concurrency tests, repeated and shuffled ---------------------------
+# ICEBATCH_TEST_REPEAT=N runs every test N times; ICEBATCH_TEST_SHUFFLE=<seed> runs them in a random
+# (seeded, printed) order: a test that passes only in file order, or only warm, fails here.
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    repeat = int(os.environ.get("ICEBATCH_TEST_REPEAT", "1"))
+    if repeat > 1:
+        metafunc.fixturenames.append("_repeat")
+        metafunc.parametrize("_repeat", range(repeat), ids=lambda i: f"run{i + 1}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seed = os.environ.get("ICEBATCH_TEST_SHUFFLE")
+    if seed:
+        random.Random(int(seed)).shuffle(items)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = os.environ.get("ICEBATCH_TEST_SHUFFLE")
+    return f"test order shuffled with ICEBATCH_TEST_SHUFFLE={seed}" if seed else None

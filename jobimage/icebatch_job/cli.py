@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, IcebatchError, exit_status
 from icebatch.core.json_stdout import stdout_kept_for_json
 from icebatch.core.settings import Settings
+from icebatch.core.untrusted import RUN_ID, summarize
 
 RUN_HELP = "read new rows, label them with the LLM, commit results + watermark"
 RUN_DESCRIPTION = (
@@ -39,6 +41,16 @@ def snapshot_arg(value: str) -> int | None:
     return int(value)
 
 
+def run_id_arg(value: str) -> str:
+    """A run id: it names report files and ledger entries, so it is an identifier, not free text."""
+    if not re.fullmatch(RUN_ID, value):
+        raise argparse.ArgumentTypeError(
+            f"{summarize(value, 40)!r} is not a run id (letters, digits and '-', at most 100, e.g. "
+            "triage-20261129T073000-3fa9c2)"
+        )
+    return value
+
+
 def positive_int(value: str) -> int:
     if not value.isdigit() or not 0 < int(value) <= 10**12:
         raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a positive whole number")
@@ -49,7 +61,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--consumer", help="the consumer to run for (needed when several are declared)")
     p.add_argument("--limit", type=positive_int, help="process at most N rows (whole snapshots, at least one)")
     p.add_argument("--json", action="store_true", help="print one JSON summary instead of the report")
-    p.add_argument("--run-id", help="run id (the launcher passes one; default: generated)")
+    p.add_argument("--run-id", type=run_id_arg, help="run id (the launcher passes one; default: generated)")
     p.add_argument("--from-snapshot", type=snapshot_arg, default=argparse.SUPPRESS,
                    help="expected watermark (`none` for the first run); refused if stale")  # fmt: skip
     p.add_argument("--to-snapshot", type=snapshot_arg, help="last source snapshot to include (default: current)")
@@ -59,6 +71,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch_job.interrupts import Interrupts
     from icebatch_job.job import JobRequest, run_job
+    from icebatch_job.reaper import start_reaper
+
+    start_reaper()  # before Ray starts: whatever it starts dies with this process, however it dies
 
     interrupts = Interrupts(settings.progress.drain_seconds)
     interrupts.install()

@@ -6,6 +6,7 @@ SOURCE_POS = "__icebatch_source_pos"
 # ours: added by the prompt (or endpoint) stage, read by the parse stage
 SOURCE_ID = "__icebatch_source_id"
 TRUNCATED = "__icebatch_truncated"
+EMPTY_INPUT = "__icebatch_empty_input"  # every input column blank: the answer is not a label
 # what ray.data.llm's vLLM stage reads ...
 TOKENIZED_PROMPT = "tokenized_prompt"
 SAMPLING_PARAMS = "sampling_params"

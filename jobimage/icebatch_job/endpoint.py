@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from icebatch.core.settings import Settings
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.columns import (
+    EMPTY_INPUT,
     GENERATED_TEXT,
     INFERENCE_ERROR,
     NUM_GENERATED_TOKENS,
@@ -40,7 +42,19 @@ RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 CHARS_PER_TOKEN_FLOOR = 2  # conservative when no tokenizer is at hand (CJK text is ~1-2 chars/token)
 
 
+# Chat-template markup (``<|system|>``, ``</s>``, ``[INST]``...): an endpoint tokenizes the rendered chat
+# with special tokens parsed, so a row's value holding them could forge a turn. A word joiner (U+2060)
+# inside each keeps the text readable and makes it no special token. (The in-job engine tokenizes
+# values with special tokens split: exact; see icebatch_job.prompts.)
+MARKUP = re.compile(r"<\||\|>|</?s>|\[/?INST\]|<</?SYS>>")
+
+
+def defuse_markup(text: str) -> str:
+    return MARKUP.sub(lambda m: m.group(0)[0] + "\u2060" + m.group(0)[1:], text)
+
+
 def request_body(task: TaskSpec, row: dict[str, Any], model: str, structured: bool) -> dict[str, Any]:
+    row = {k: defuse_markup(v) if isinstance(v, str) else v for k, v in row.items()}
     body: dict[str, Any] = {"model": model, "messages": task.messages(row), **task.sampling}
     if structured:
         body["response_format"] = {
@@ -88,6 +102,7 @@ class EndpointStage:
             SOURCE_POS: list(batch[SOURCE_POS]),
             SOURCE_ID: [str(r[self.task.id_column]) for r in rows],
             TRUNCATED: [],
+            EMPTY_INPUT: [self.task.is_empty_input(r) for r in rows],
             GENERATED_TEXT: [],
             NUM_INPUT_TOKENS: [],
             NUM_GENERATED_TOKENS: [],

@@ -185,8 +185,11 @@ def run_job(
         commit = commit_run(run)
         return completed(run, commit)
     except WatermarkConflictError as e:
-        failed = failed_event(run, e, retryable=False)
         run.out(f"conflict: {e}")
+        if run.plan is None:  # covered before this attempt began: nothing was done, so nothing failed
+            log.info("range already covered: %s", e)
+            return JobResult("conflict")
+        failed = failed_event(run, e, retryable=False)
         publish(run.publisher, failed)
         return JobResult("conflict", plan=run.plan, failed=failed)
     except BaseException as e:

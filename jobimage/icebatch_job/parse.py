@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.columns import (
+    EMPTY_INPUT,
     GENERATED_TEXT,
     INFERENCE_ERROR,
     NUM_GENERATED_TOKENS,
@@ -49,6 +50,7 @@ class ParseStage:
                 raw_output=r.get(GENERATED_TEXT),
                 inference_error=r.get(INFERENCE_ERROR) or None,
                 input_truncated=bool(r.get(TRUNCATED)),
+                empty_input=bool(r.get(EMPTY_INPUT)),
                 num_input_tokens=r.get(NUM_INPUT_TOKENS) or 0,
                 num_generated_tokens=r.get(NUM_GENERATED_TOKENS) or 0,
                 llm_seconds=max(0.0, float(r.get(TIME_TAKEN_LLM) or 0.0)),

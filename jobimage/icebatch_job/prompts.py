@@ -3,16 +3,30 @@
 One Ray Data stage does all three (Ray's separate chat-template and tokenize stages each hold an actor
 and a CPU; on a small machine they starve the engine). Prompts are handed to vLLM as token ids, so the
 engine does not tokenize again.
+
+Row values are untrusted: a ticket body holding ``<|system|>`` or ``</s>`` must not become those special
+tokens (a forged turn). The template is rendered around placeholders; its own text is tokenized as
+usual, and each value is tokenized with ``split_special_tokens=True``, so that it can only ever be text.
 """
 
 from __future__ import annotations
 
+import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from icebatch.core.task import TaskSpec
 
-from icebatch_job.columns import SAMPLING_PARAMS, SOURCE_FILE, SOURCE_ID, SOURCE_POS, TOKENIZED_PROMPT, TRUNCATED
+from icebatch_job.columns import (
+    EMPTY_INPUT,
+    SAMPLING_PARAMS,
+    SOURCE_FILE,
+    SOURCE_ID,
+    SOURCE_POS,
+    TOKENIZED_PROMPT,
+    TRUNCATED,
+)
 
 
 @dataclass(frozen=True)
@@ -38,9 +52,31 @@ class PromptBuilder:
                 f"{task.max_tokens}; raise ICEBATCH_MAX_MODEL_LEN"
             )
 
+        # The template rendered once around placeholders no row can contain (private-use characters
+        # around a nonce); its own text is tokenized once, special tokens included.
+        nonce = secrets.token_hex(8)
+        marks = {f"\ue000{nonce}{i}\ue001": c for i, c in enumerate(task.input_columns)}
+        split = re.compile("(" + "|".join(re.escape(m) for m in marks) + ")")
+        rendered = tokenizer.apply_chat_template(
+            task.messages({c: m for m, c in marks.items()}), tokenize=False, add_generation_prompt=True
+        )
+        if "\ue000" in split.sub("", rendered):
+            raise ValueError(f"task {task.name}: user_template must use plain {{column}} fields (no format specs)")
+        self.pieces: list[str | list[int]] = [
+            marks[piece] if piece in marks else list(tokenizer(piece, add_special_tokens=False)["input_ids"])
+            for piece in split.split(rendered)
+            if piece
+        ]
+
     def _ids(self, row: dict[str, Any]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(self.task.messages(row), tokenize=False, add_generation_prompt=True)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids: list[int] = []
+        for piece in self.pieces:
+            if isinstance(piece, str):  # a row's value: text only, whatever it contains
+                text = self.task.value_text(row.get(piece))
+                ids += self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            else:
+                ids += piece
+        return ids
 
     def build(self, row: dict[str, Any]) -> Prompt:
         ids = self._ids(row)
@@ -49,8 +85,8 @@ class PromptBuilder:
         column = self.task.truncate_column
         if column is None:
             return Prompt(ids[: self.budget], True)  # no designated column: cut the end of the prompt
-        text = row.get(column) or ""
-        text_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        text = self.task.value_text(row.get(column))
+        text_ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         for _ in range(4):  # re-rendering can shift token boundaries; converge in a few steps
             excess = len(ids) - self.budget
             keep = max(0, len(text_ids) - excess - 8)
@@ -77,18 +113,19 @@ class PromptStage:
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         n = len(batch[self.builder.task.id_column])
-        prompts = []
-        truncated = []
+        prompts, truncated, empty = [], [], []
         for i in range(n):
             row = {c: _py(batch[c][i]) for c in self.builder.task.input_columns}
             p = self.builder.build(row)
             prompts.append(p.token_ids)
             truncated.append(p.truncated)
+            empty.append(self.builder.task.is_empty_input(row))
         return {
             SOURCE_FILE: list(batch[SOURCE_FILE]),
             SOURCE_POS: list(batch[SOURCE_POS]),
             SOURCE_ID: [str(x) for x in batch[self.builder.task.id_column]],
             TRUNCATED: truncated,
+            EMPTY_INPUT: empty,
             TOKENIZED_PROMPT: prompts,
             SAMPLING_PARAMS: [self.sampling] * n,
         }

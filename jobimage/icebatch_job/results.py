@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 STATUS_OK = "ok"
 STATUS_INVALID = "invalid_output"
 STATUS_ERROR = "inference_error"
-STATUSES = (STATUS_OK, STATUS_INVALID, STATUS_ERROR)
+STATUS_EMPTY = "empty_input"  # every input blank: the model's answer is kept in raw_output, not taken as labels
+STATUSES = (STATUS_OK, STATUS_INVALID, STATUS_ERROR, STATUS_EMPTY)
 # what RunStats reads of a result row (with the task's label columns)
 STATS_COLUMNS = ("status", "error", "num_input_tokens", "num_generated_tokens", "input_truncated", "llm_seconds")
 
@@ -188,6 +189,7 @@ def result_row(
     raw_output: str | None,
     inference_error: str | None = None,
     input_truncated: bool = False,
+    empty_input: bool = False,
     num_input_tokens: int | None = None,
     num_generated_tokens: int | None = None,
     llm_seconds: float | None = None,
@@ -197,6 +199,8 @@ def result_row(
     error: str | None
     if inference_error:
         status, error = STATUS_ERROR, inference_error
+    elif empty_input:
+        status, error = STATUS_EMPTY, "every input column is empty: nothing to label (no verdict taken)"
     else:
         verdict, error = task.parse(raw_output or "")
         status = STATUS_OK if verdict is not None else STATUS_INVALID

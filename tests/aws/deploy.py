@@ -196,8 +196,14 @@ def deploy(name: str, parameters: dict[str, str], *, endpoint: str, home: Path) 
         stack.physical[logical] = url
         stack.attributes[(logical, "Arn")] = arn
         stack.attributes[(logical, "QueueName")] = arn.rsplit(":", 1)[-1]
+    for logical in stack.resources("AWS::KMS::Key"):
+        key = client("kms", endpoint).create_key(Description=logical)["KeyMetadata"]
+        stack.physical[logical] = key["KeyId"]
+        stack.attributes[(logical, "Arn")] = key["Arn"]
     for logical in stack.resources("AWS::SNS::Topic"):
-        arn = sns.create_topic(Name=_physical_name(name, logical, 256))["TopicArn"]
+        props = stack.properties(logical)
+        attributes = {"KmsMasterKeyId": props["KmsMasterKeyId"]} if "KmsMasterKeyId" in props else {}
+        arn = sns.create_topic(Name=_physical_name(name, logical, 256), Attributes=attributes)["TopicArn"]
         stack.physical[logical] = arn
         stack.attributes[(logical, "TopicName")] = arn.rsplit(":", 1)[-1]
     for logical in stack.resources("AWS::DynamoDB::Table"):

@@ -112,6 +112,31 @@ def test_the_pod_monitor_scrapes_the_port_ray_exports_metrics_on() -> None:
         assert ports[monitor["spec"]["podMetricsEndpoints"][0]["port"]] == METRICS_PORT
 
 
+def test_only_the_namespace_the_operator_and_prometheus_reach_the_ray_pods() -> None:
+    # given the job API on the head's dashboard port (no authentication) and the metrics port
+    policy = one("NetworkPolicy")
+    head = build_rayjob_manifest(DEFAULTS, _spec())["spec"]["rayClusterSpec"]["headGroupSpec"]
+    ports = {p["name"]: p["containerPort"] for p in head["template"]["spec"]["containers"][0]["ports"]}
+    # then the policy covers every pod of the namespace, for ingress ...
+    assert policy["spec"]["podSelector"] == {} and policy["spec"]["policyTypes"] == ["Ingress"]
+    rules = policy["spec"]["ingress"]
+    # ... pods of the namespace itself (head <-> workers, the submitter) ...
+    assert {"from": [{"podSelector": {}}]} in rules
+    # ... and from elsewhere only the operator to the job API and Prometheus to the metrics port
+    outside = {
+        r["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]: [p["port"] for p in r["ports"]]
+        for r in rules
+        if "namespaceSelector" in r["from"][0]
+    }
+    assert outside == {"kuberay-system": [ports["dashboard"]], "monitoring": [METRICS_PORT]}
+
+
+def test_the_namespace_enforces_a_pod_security_standard() -> None:
+    labels = one("Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] in {"baseline", "restricted"}
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+
+
 def test_every_manifest_has_the_required_fields() -> None:
     for path in sorted(K8S.glob("*.yaml")):
         for d in docs(path.name):

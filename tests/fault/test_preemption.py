@@ -11,7 +11,9 @@ import json
 import random
 import signal
 from collections import Counter
+from typing import Any
 
+import psutil
 import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import Consumer, consumer_named, load_consumers
@@ -196,3 +198,38 @@ def test_two_attempts_of_one_run_at_once_commit_each_row_once(job_settings: Sett
     # ... and every row is there exactly once
     assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
     assert ledger.plan() is None
+
+
+def test_nothing_the_job_started_outlives_a_sigkill_of_the_job(job_settings: Settings) -> None:
+    # given an attempt paused mid-run, with its Ray instance and workers up
+    s = job_settings
+    _tickets(s, 30, seed=6)
+    job = start_job(s, _consumer(s), failpoint="chunk.buffered@1", tag="hygiene")
+    assert job.wait_for_failpoint() is not None
+    tree = job.tree()
+    assert len(tree) > 5  # Ray's processes and workers, and the job's watchdog
+    # (Ray 2.60's core gRPC servers listen on every interface whatever the node address: README "Limitations")
+    assert not [c for p in tree for c in _connections(p) if c.status == psutil.CONN_LISTEN and c.laddr.port == 8265]
+    # when only the job's own process is killed without notice (an OOM kill, `kill -9 <pid>`)
+    job.proc.send_signal(signal.SIGKILL)
+    job.proc.wait(30)
+    # then every process it started is gone within seconds, not minutes
+    _, alive = psutil.wait_procs([p for p in tree if p.pid != job.proc.pid], timeout=20)
+    survivors = [f"{p.pid} {_name(p)}" for p in alive]
+    for p in alive:
+        p.kill()
+    assert survivors == []
+
+
+def _connections(p: psutil.Process) -> list[Any]:
+    try:
+        return list(p.net_connections(kind="inet"))
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def _name(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())[:80]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return "?"

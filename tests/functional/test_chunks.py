@@ -150,6 +150,7 @@ def test_random_crashes_mid_chunk_end_exactly_once_with_bounded_rework(settings:
     assert labelled - 150 <= kills * 9  # a chunk commits at 10 rows: at most 9 are held when killed
 
 
+@pytest.mark.concurrency
 def test_two_attempts_of_one_run_at_once_commit_each_row_once(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -173,6 +173,7 @@ def test_an_unknown_namespace_or_missing_crd_says_what_to_install(
     assert d["decision"] == "error" and "KubeRay operator" in d["reason"]
 
 
+@pytest.mark.concurrency
 def test_fifty_concurrent_launches_make_exactly_one_job(
     settings: Settings, k8s: RayJobApi, aws_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -288,6 +288,7 @@ def test_overlapping_runs_one_wins_the_other_reports_a_conflict(settings: Settin
     _assert_exactly_once(ledger)
 
 
+@pytest.mark.concurrency
 def test_concurrent_commits_race_exactly_one_wins(settings: Settings) -> None:
     # given 4 runs over the same range committing at the same moment (real threads, SQLite CAS)
     ledger = _ledger(settings)

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.bus import load_adapter
-from icebatch.core.errors import InvalidEventError, TransientError
+from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
 from icebatch.core.events import EVENT_SOURCE, BatchJobCompleted, BatchJobFailed
 from icebatch.core.report import completed_text, failed_text, subject
+from icebatch.core.untrusted import summarize, validation_summary
 
 if TYPE_CHECKING:
     from icebatch.core.settings import Settings
 
 log = logging.getLogger(__name__)
+EVENT_ID = r"[A-Za-z0-9-]{1,128}"  # EventBridge ids are UUIDs; a failure without a run id files its report by it
 FILE_NOTIFIER = "icebatch.tools.local_reports:file_notifier"
 
 
@@ -78,6 +81,45 @@ class Notifier(ABC):
         """Deliver the report; returns a message id."""
 
 
+SNS_SUBJECT_MAX = 100  # characters, printable ASCII, no line breaks (SNS rejects anything else)
+SNS_MESSAGE_MAX = 256 * 1024  # bytes, the whole JSON message (every protocol's copy) and its attributes
+SNS_BUDGET = 240 * 1024  # what the message may take, leaving room for the attributes
+PERMANENT_SNS_ERRORS = {"InvalidParameter", "InvalidParameterValue", "AuthorizationError", "NotFound"}
+
+
+def sns_subject(text: str) -> str:
+    """``text`` as SNS accepts a subject: printable ASCII, one line, at most 100 characters."""
+    clean = "".join(ch if " " <= ch <= "~" else "?" for ch in text).strip()
+    return (clean or "icebatch report")[:SNS_SUBJECT_MAX]
+
+
+def sns_message(report: CostReport) -> tuple[str, bool]:
+    """The ``MessageStructure=json`` message within SNS's size limit, and whether it had to be cut.
+
+    Only a failure's ``reason`` is unbounded (an exception's text); when the message would not fit, it is
+    cut in both forms and the report says so. The full report is in the reporter's log (and, locally, in
+    the report file).
+    """
+    text, data, limit = report.text, report.data, 64 * 1024
+    while True:
+        machine = json.dumps(data, sort_keys=True)
+        message = json.dumps({"default": text, "email": text, "sqs": machine, "lambda": machine, "https": machine,
+                              "http": machine})  # fmt: skip
+        if len(message.encode()) <= SNS_BUDGET:
+            return message, text is not report.text
+        if limit < 256:  # nothing left to cut: the rest of the report is bounded by the contracts
+            raise PermanentError(f"the report of {report.key} does not fit in an SNS message even when cut")
+        reason = str(report.data.get("reason", ""))
+        note = f" [cut to fit SNS: {len(reason):,} characters in the reporter's log]"
+        data = {**report.data, "reason": reason[:limit] + note, "reason_cut": True}
+        text = _cut_lines(report.text, limit) + "\n[report cut to fit SNS; the full report is in the reporter's log]"
+        limit //= 2
+
+
+def _cut_lines(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class SnsNotifier(Notifier):
     def __init__(self, client: Any, topic_arn: str) -> None:
         self.client = client
@@ -86,9 +128,9 @@ class SnsNotifier(Notifier):
     def notify(self, report: CostReport) -> str:
         from botocore.exceptions import ClientError, EndpointConnectionError
 
-        machine = json.dumps(report.data, sort_keys=True)
-        message = {"default": report.text, "email": report.text, "sqs": machine, "lambda": machine,
-                   "https": machine, "http": machine}  # fmt: skip
+        message, cut = sns_message(report)
+        if cut:
+            log.warning("report of %s cut to fit SNS; full report follows\n%s", report.key, report.text)
         attributes = {
             k: {"DataType": "Number", "StringValue": repr(v)} if isinstance(v, (int, float))
             else {"DataType": "String", "StringValue": str(v)}
@@ -97,12 +139,19 @@ class SnsNotifier(Notifier):
         try:
             response = self.client.publish(
                 TopicArn=self.topic_arn,
-                Subject=report.subject,
-                Message=json.dumps(message),
+                Subject=sns_subject(report.subject),
+                Message=message,
                 MessageStructure="json",
                 MessageAttributes=attributes,
             )
-        except (ClientError, EndpointConnectionError) as e:
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code", "")
+            if code in PERMANENT_SNS_ERRORS:  # retrying cannot help: dead-lettering it would only hide it
+                raise PermanentError(
+                    f"SNS refused the report of {report.key} ({code}): {summarize(str(e), 300)}"
+                ) from e
+            raise TransientError(f"could not publish the report to {self.topic_arn}: {e}") from e
+        except EndpointConnectionError as e:
             raise TransientError(f"could not publish the report to {self.topic_arn}: {e}") from e
         return str(response["MessageId"])
 
@@ -128,30 +177,26 @@ def parse_detail(event: Any) -> BatchJobCompleted | BatchJobFailed:
 
     if not isinstance(event, dict):
         raise InvalidEventError(f"expected an EventBridge event (a JSON object), got {type(event).__name__}")
+    if not all(isinstance(k, str) for k in event):
+        raise InvalidEventError("expected an EventBridge event: its keys must be strings")
     try:
         envelope = parse(event=event, model=EventBridgeModel)
     except ValidationError as e:
-        raise InvalidEventError(f"not an EventBridge event: {_first(e)}") from e
+        raise InvalidEventError(f"not an EventBridge event: {validation_summary(e)}") from e
+    if not re.fullmatch(EVENT_ID, envelope.id):
+        raise InvalidEventError(f"event id '{summarize(envelope.id, 40)}' is not an EventBridge id (a UUID)")
     models: dict[str, type[BatchJobCompleted | BatchJobFailed]] = {
         m.detail_type: m for m in (BatchJobCompleted, BatchJobFailed)
     }
     if envelope.source != EVENT_SOURCE or envelope.detail_type not in models:
         raise InvalidEventError(
-            f"the reporter handles {sorted(models)} from source {EVENT_SOURCE!r}, got {envelope.detail_type!r} "
-            f"from {envelope.source!r} (check the rule's event pattern)"
+            f"the reporter handles {sorted(models)} from source {EVENT_SOURCE!r}, got "
+            f"'{summarize(envelope.detail_type)}' from '{summarize(envelope.source)}' (check the rule's event pattern)"
         )
     try:
         return models[envelope.detail_type].model_validate(envelope.detail)
     except ValidationError as e:
-        raise InvalidEventError(f"malformed {envelope.detail_type!r} detail: {_first(e)}") from e
-
-
-def _first(e: Any) -> str:
-    errors = e.errors() if hasattr(e, "errors") else []
-    if not errors:
-        return str(e)
-    where = ".".join(str(p) for p in errors[0].get("loc", ())) or "event"
-    return f"{where}: {errors[0].get('msg')}"
+        raise InvalidEventError(f"malformed {envelope.detail_type!r} detail: {validation_summary(e)}") from e
 
 
 def report_with(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -9,7 +9,9 @@ Accepted shapes:
 - ``manual``: ``{"action": "launch", "force": false, "dry_run": true}`` from ``sam local invoke`` or
   the CLI.
 
-Anything else raises InvalidEventError (permanent: logged, counted, not retried).
+Anything else raises InvalidEventError (permanent: logged, counted, not retried). The models are strict
+(``"force": "yes"`` or ``1`` is not a boolean) and messages quote the input only in summary
+(``icebatch.core.untrusted``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from icebatch.core.errors import InvalidEventError
 from icebatch.core.rules import GLUE_APPEND_CHANGES, GLUE_DETAIL_TYPE
+from icebatch.core.untrusted import CONSUMER_NAME, summarize, validation_summary
 
 TriggerKind = Literal["schedule", "append", "manual"]
 
@@ -33,22 +36,26 @@ TriggerKind = Literal["schedule", "append", "manual"]
 class SchedulerInput(BaseModel):
     """The input the template's EventBridge Scheduler schedule passes to the launcher."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     trigger: Literal["schedule"]
-    schedule: str = Field(default="nightly", description="Name of the schedule, for the decision log")
+    schedule: str = Field(
+        default="nightly", max_length=64, pattern=r"^[A-Za-z0-9._-]+$", description="Name of the schedule, for the log"
+    )
 
 
 class ManualInvoke(BaseModel):
     """``sam local invoke -e sam/events/manual.json`` and ``icebatch launch``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     action: Literal["launch"]
     force: bool = Field(default=False, description="Launch even below the threshold (never beside an active job)")
     dry_run: bool = Field(default=False, description="Decide and build the manifest, submit nothing")
     as_trigger: Literal["schedule", "append", "manual"] = Field(
         default="manual", description="Evaluate as if this trigger had fired (the CLI's --trigger)"
     )
-    consumer: str | None = Field(default=None, description="Evaluate only this consumer (default: all)")
+    consumer: str | None = Field(
+        default=None, pattern=CONSUMER_NAME, description="Evaluate only this consumer (default: all)"
+    )
 
 
 class GlueTableChangeDetail(BaseModel):
@@ -87,36 +94,45 @@ def _validate(event: dict[str, Any], model: type[BaseModel], what: str) -> Any:
     try:
         return parse(event=event, model=model)
     except ValidationError as e:
-        first = e.errors()[0] if hasattr(e, "errors") else {"loc": (), "msg": str(e)}
-        where = ".".join(str(p) for p in first.get("loc", ())) or "event"
-        raise InvalidEventError(f"malformed {what}: {where}: {first.get('msg')}") from e
+        raise InvalidEventError(f"malformed {what}: {validation_summary(e)}") from e
 
 
 def parse_trigger(event: Any) -> Trigger:
     """Classify and validate an incoming event; InvalidEventError for anything unexpected."""
     if not isinstance(event, dict):
-        raise InvalidEventError(f"expected a JSON object, got {type(event).__name__}")
+        raise InvalidEventError(
+            f"expected a JSON object, got {summarize(event) if event is None else type(event).__name__}"
+        )
+    if not all(isinstance(k, str) for k in event):
+        raise InvalidEventError("expected a JSON object: its keys must be strings")
     if "detail-type" in event:
         envelope = _validate(event, EventBridgeModel, "EventBridge event")
         source, detail_type = envelope.source, envelope.detail_type
         if detail_type == "Scheduled Event" and source in {"aws.events", "aws.scheduler"}:
             _validate(event, ScheduledRuleEvent, "scheduled event")
-            return Trigger("schedule", "rule", event_id=envelope.id)
+            return Trigger("schedule", "rule", event_id=summarize(envelope.id, 64))
         if source == "aws.glue" and detail_type == GLUE_DETAIL_TYPE:
             glue = _validate(event, GlueTableChangeEvent, "Glue table state change")
             d = glue.detail
             return Trigger(
                 "append",
                 "glue",
-                event_id=glue.id,
-                table=f"{d.database_name}.{d.table_name}",
-                change=d.type_of_change,
+                event_id=summarize(glue.id, 64),
+                table=summarize(f"{d.database_name}.{d.table_name}", 520),
+                change=summarize(d.type_of_change, 64),
             )
         if source == "aws.s3" and detail_type == "Object Created":
             s3 = _validate(event, S3EventNotificationEventBridgeModel, "S3 Object Created event")
-            return Trigger("append", "s3", event_id=s3.id, s3_bucket=s3.detail.bucket.name, s3_key=s3.detail.object.key)
+            return Trigger(
+                "append",
+                "s3",
+                event_id=summarize(s3.id, 64),
+                s3_bucket=summarize(s3.detail.bucket.name, 64),
+                s3_key=summarize(s3.detail.object.key, 1100),
+            )
         raise InvalidEventError(
-            f"unsupported EventBridge event {source!r} / {detail_type!r}: the launcher handles scheduled events, "
+            f"unsupported EventBridge event '{summarize(source)}' / '{summarize(detail_type)}': the launcher handles "
+            "scheduled events, "
             f"{GLUE_DETAIL_TYPE!r} and S3 'Object Created' (check the rule's event pattern)"
         )
     if "action" in event:
@@ -126,7 +142,7 @@ def parse_trigger(event: Any) -> Trigger:
     if "trigger" in event:
         _validate(event, SchedulerInput, "scheduler input")
         return Trigger("schedule", "scheduler")
-    keys = ", ".join(sorted(event)[:6]) or "nothing"
+    keys = ", ".join(summarize(k, 40) for k in sorted(event)[:6]) + (", ..." if len(event) > 6 else "") or "nothing"
     raise InvalidEventError(
         f"unrecognised event (keys: {keys}); expected an EventBridge event, a scheduler input "
         '{"trigger": "schedule"} or a manual invoke {"action": "launch"}'
@@ -137,16 +153,16 @@ def relevance(trigger: Trigger, source_table: str, table_location: str | None) -
     """Why an append trigger does not concern a source table (None when it does)."""
     if trigger.origin == "glue":
         if (trigger.table or "").lower() != source_table.lower():
-            return f"Glue change for {trigger.table}, not {source_table}"
+            return f"Glue change for {summarize(trigger.table)}, not {source_table}"
         if trigger.change not in GLUE_APPEND_CHANGES:
-            return f"Glue change type {trigger.change} adds no rows"
+            return f"Glue change type {summarize(trigger.change)} adds no rows"
     if trigger.origin == "s3":
         if table_location is None:
             return "source table location unknown"
         prefix = table_location.rstrip("/") + "/metadata/"
         uri = f"s3://{trigger.s3_bucket}/{trigger.s3_key}"
         if not uri.startswith(prefix):
-            return f"{uri} is not under {prefix}"
+            return f"{summarize(uri)} is not under {prefix}"
         if not (trigger.s3_key or "").endswith(".metadata.json"):
-            return f"{trigger.s3_key} is not a table metadata file (manifests precede each commit)"
+            return f"{summarize(trigger.s3_key)} is not a table metadata file (manifests precede each commit)"
     return None

@@ -22,11 +22,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from icebatch.core import untrusted
 from icebatch.core.errors import ConfigError, TaskSpecError
 from icebatch.core.settings import Settings, table_identifier
 from icebatch.core.task import TaskSpec, load_task
 
-CONSUMER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+CONSUMER_NAME = re.compile(untrusted.CONSUMER_NAME)
 DEFAULT_CONSUMERS_FILE = Path(__file__).resolve().parents[2] / "consumers" / "consumers.yaml"
 MAX_CONSUMERS = 50
 

@@ -34,24 +34,26 @@ class CostInputs(BaseModel):
 class CostBreakdown(BaseModel):
     """All money figures in USD."""
 
-    model_config = ConfigDict(frozen=True)
+    # strict: a report's figures are numbers, finite and not negative (a string or `inf` is a broken event)
+    model_config = ConfigDict(frozen=True, strict=True, allow_inf_nan=False)
 
-    hourly_rate: float
-    gpus: int
-    engine_gpu_seconds: float
-    gpu_lifetime_seconds: float
-    idle_tail_seconds: float
-    engine_cost: float
-    lifetime_cost: float
-    usd_per_1k_rows: float | None
-    usd_per_1m_output_tokens: float | None
-    usd_per_1m_tokens: float | None
-    output_tokens_per_second: float | None
+    hourly_rate: float = Field(ge=0)
+    gpus: int = Field(ge=0, le=10_000)
+    engine_gpu_seconds: float = Field(ge=0)
+    gpu_lifetime_seconds: float = Field(ge=0)
+    idle_tail_seconds: float = Field(ge=0)
+    engine_cost: float = Field(ge=0)
+    lifetime_cost: float = Field(ge=0)
+    usd_per_1k_rows: float | None = Field(ge=0)
+    usd_per_1m_output_tokens: float | None = Field(ge=0)
+    usd_per_1m_tokens: float | None = Field(ge=0)
+    output_tokens_per_second: float | None = Field(ge=0)
     instance_type: str | None = Field(
-        default=None, description="GPU instance type the hourly rate assumes (null: not recorded)"
+        default=None, max_length=64, description="GPU instance type the hourly rate assumes (null: not recorded)"
     )
     rate_source: str | None = Field(
         default=None,
+        max_length=200,
         description="Where the hourly rate comes from: an instance type's on-demand price, or a configured rate",
     )
 

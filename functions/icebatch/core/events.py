@@ -9,39 +9,48 @@ test catches it.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, model_validator
 
 from icebatch.core.costs import CostBreakdown
+from icebatch.core.untrusted import CONSUMER_NAME, DEPLOYMENT, RUN_ID
 
 if TYPE_CHECKING:
     from icebatch.core.ledger import RunPlan, RunTotals
 
 EVENT_SOURCE = "icebatch"
 SCHEMA_VERSION = 1
+# Strict: no coercion ("12" is not a count, 1 is not a boolean), finite numbers only. Times arrive as
+# ISO 8601 text in JSON, so they alone are parsed.
+STRICT = ConfigDict(extra="ignore", frozen=True, strict=True, allow_inf_nan=False)
+Timestamp = Annotated[AwareDatetime, Strict(False)]
+RunId = Annotated[str, Field(pattern=RUN_ID, max_length=100, description="The run (file-name safe)")]
+ConsumerName = Annotated[str, Field(pattern=CONSUMER_NAME, max_length=20, description="The consumer")]
+TableName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+$", max_length=255)]
+Name = Annotated[str, Field(max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")]  # no control characters
 
 
 class _Detail(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = STRICT
     detail_type: ClassVar[str]
     schema_version: Literal[1] = Field(default=1, description="Bumped on incompatible changes")
     deployment: str = Field(
         default="local",
         max_length=64,
-        pattern=r"^[A-Za-z][A-Za-z0-9-]*$",
+        pattern=DEPLOYMENT,
         description="The deployment (stack) that sent it: each deployment's rules take only its own events",
     )
 
 
 class SnapshotRange(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = STRICT
     from_exclusive: int | None = Field(description="Watermark the run started from (None: beginning)")
     to_inclusive: int = Field(description="Last source snapshot included (the new watermark)")
 
 
 class TokenCounts(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = STRICT
     input: int = Field(ge=0)
     output: int = Field(ge=0)
 
@@ -54,32 +63,32 @@ class BatchJobSubmitted(_Detail):
     """The launcher created a job (RayJob or local)."""
 
     detail_type: ClassVar[str] = "Batch Job Submitted"
-    job_name: str
-    consumer: str
-    source_table: str
+    job_name: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    consumer: ConsumerName
+    source_table: TableName
     range: SnapshotRange
     backlog_rows: int = Field(ge=0)
     gpus: int = Field(ge=0)
     backend: Literal["local", "kuberay"]
-    trigger: str
-    submitted_at: AwareDatetime
+    trigger: Annotated[str, Field(max_length=32)]
+    submitted_at: Timestamp
 
 
 class BatchJobCompleted(_Detail):
     """A run committed its results and its new watermark."""
 
     detail_type: ClassVar[str] = "Batch Job Completed"
-    run_id: str
-    consumer: str
-    task: str | None = Field(default=None, description="Task name of the consumer (null in older events)")
+    run_id: RunId
+    consumer: ConsumerName
+    task: Name | None = Field(default=None, description="Task name of the consumer (null in older events)")
     task_version: int | None = Field(default=None, ge=1, description="Task version the rows were labelled with")
-    source_table: str
-    results_table: str
+    source_table: TableName
+    results_table: TableName
     range: SnapshotRange
     rows: int = Field(ge=0)
     rows_ok: int = Field(ge=0)
     rows_error: int = Field(ge=0, description="invalid_output + inference_error rows (kept, not dropped)")
-    rows_by_status: dict[str, int]
+    rows_by_status: dict[Annotated[str, Field(max_length=32)], Annotated[int, Field(ge=0)]]
     rows_truncated: int = Field(default=0, ge=0)
     labels: dict[str, dict[str, int]] = Field(description="Label breakdown per enum output field")
     tokens: TokenCounts
@@ -96,12 +105,12 @@ class BatchJobCompleted(_Detail):
         "time of its batch (null in events from before it was measured)",
     )
     job_seconds: float = Field(ge=0)
-    device: str
-    model: str
+    device: Annotated[str, Field(max_length=32)]
+    model: Annotated[str, Field(max_length=1024)]
     cost: CostBreakdown
-    results_location: str = Field(description="`<table>@<ledger snapshot id>`")
+    results_location: Annotated[str, Field(max_length=300)] = Field(description="`<table>@<ledger snapshot id>`")
     ledger_snapshot_id: int
-    rayjob_name: str | None = None
+    rayjob_name: Name | None = None
     attempts: int = Field(default=1, ge=1, description="Attempts the run took (job_seconds and cost cover them all)")
     chunks: int = Field(default=1, ge=1, description="Commits the run's rows were cut into")
     rows_redone: int = Field(
@@ -110,22 +119,34 @@ class BatchJobCompleted(_Detail):
         description="Rows inferred again because another attempt had committed them first (an attempt killed "
         "without notice also loses what it had not committed: at most one chunk)",
     )
-    started_at: AwareDatetime
-    finished_at: AwareDatetime
+    started_at: Timestamp
+    finished_at: Timestamp
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BatchJobCompleted:
+        if self.rows_ok + self.rows_error > self.rows:
+            raise ValueError(f"rows_ok ({self.rows_ok}) + rows_error ({self.rows_error}) exceed rows ({self.rows})")
+        if self.rows_by_status and sum(self.rows_by_status.values()) != self.rows:
+            raise ValueError(f"rows_by_status adds up to {sum(self.rows_by_status.values())}, not rows ({self.rows})")
+        if self.rows_truncated > self.rows or self.rows_redone > self.rows:
+            raise ValueError(f"rows_truncated/rows_redone exceed rows ({self.rows})")
+        if self.finished_at < self.started_at:
+            raise ValueError("finished_at is before started_at")
+        return self
 
 
 class BatchJobFailed(_Detail):
     """An attempt ended before the run's last commit (or a job died without saying so: found by reconciliation)."""
 
     detail_type: ClassVar[str] = "Batch Job Failed"
-    run_id: str | None = None
-    consumer: str
-    task: str | None = None
+    run_id: RunId | None = None
+    consumer: ConsumerName
+    task: Name | None = None
     task_version: int | None = Field(default=None, ge=1)
-    source_table: str
+    source_table: TableName
     range: SnapshotRange | None = None
-    reason: str
-    error_type: str
+    reason: str = Field(description="What went wrong (reports cut it to their channel's limits)")
+    error_type: Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]
     stage: Literal["plan", "start", "inference", "write", "commit", "cluster", "unknown"] = "unknown"
     retryable: bool = Field(description="The range stays pending; the next trigger processes it again")
     origin: Literal["job", "reconciler"] = "job"
@@ -142,9 +163,9 @@ class BatchJobFailed(_Detail):
     engine_seconds: float = Field(default=0.0, ge=0)
     job_seconds: float | None = None
     cost: CostBreakdown | None = None
-    rayjob_name: str | None = None
-    started_at: AwareDatetime | None = None
-    failed_at: AwareDatetime
+    rayjob_name: Name | None = None
+    started_at: Timestamp | None = None
+    failed_at: Timestamp
 
 
 DETAIL_MODELS: dict[str, type[_Detail]] = {

@@ -134,6 +134,15 @@ class TaskSpec(BaseModel):
         values = {c: _text(row.get(c)) for c in self.input_columns}
         return self.user_template.format(**values)
 
+    @staticmethod
+    def value_text(value: Any) -> str:
+        """How a row's value reads in the prompt."""
+        return _text(value)
+
+    def is_empty_input(self, row: dict[str, Any]) -> bool:
+        """Every input column null, empty or whitespace: there is nothing to label (status ``empty_input``)."""
+        return all(row.get(c) is None or not str(row.get(c)).strip() for c in self.input_columns)
+
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
         return [
             {"role": "system", "content": self.system_prompt},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 from icebatch.core.errors import InvalidEventError
 from icebatch.core.settings import Settings
+from icebatch.core.untrusted import loads_strict, summarize
 
 HANDLERS = {
     "launcher": "icebatch.control.handlers.launcher",
@@ -37,12 +37,14 @@ class LocalContext:
 
 
 def load_event(path: Path) -> Any:
+    """An event file, parsed strictly (UTF-8, no duplicate keys, bounded size and depth)."""
     try:
-        return json.loads(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError as e:
-        raise InvalidEventError(f"event file {path} does not exist") from e
-    except json.JSONDecodeError as e:
-        raise InvalidEventError(f"event file {path} is not JSON: {e.msg} (line {e.lineno}, column {e.colno})") from e
+        raise InvalidEventError(f"event file {summarize(str(path))} does not exist") from e
+    except OSError as e:
+        raise InvalidEventError(f"event file {summarize(str(path))} cannot be read: {e.strerror}") from e
+    return loads_strict(data, what=f"event file {summarize(str(path))}")
 
 
 def invoke(function: str, event: Any, settings: Settings, *, logs_to_stderr: bool = False) -> dict[str, Any]:
@@ -64,7 +66,10 @@ def invoke(function: str, event: Any, settings: Settings, *, logs_to_stderr: boo
         return result
     handler = getattr(getattr(module, "logger", None), "registered_handler", None)
     if handler is not None and hasattr(handler, "setStream"):
-        handler.setStream(sys.stderr)
+        try:
+            handler.setStream(sys.stderr)
+        except ValueError:  # the stream it had is closed (an earlier caller's capture): replace it unflushed
+            handler.stream = sys.stderr
     previous = os.environ.get("POWERTOOLS_METRICS_DISABLED")
     os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
     try:

@@ -71,6 +71,7 @@ class LocalBackend(JobBackend):
             "mode": self.settings.launch.local_mode,
             "status": "RUNNING",
             "pid": os.getpid(),
+            "pid_started": _process_started(os.getpid()),
             "start_time": _now(),
             "annotations": dict(manifest["metadata"].get("annotations", {})),
             "labels": labels(spec.deployment, spec.consumer.name, spec.tag, spec.attempt),
@@ -147,7 +148,8 @@ class LocalBackend(JobBackend):
     def _ray_address(self) -> str:
         return self.settings.launch.ray_address or DEFAULT_RAY_ADDRESS
 
-    def _client(self) -> Any:
+    def _client(self, *, start_head: bool = True) -> Any:
+        """Ray's job client; with no cluster and no address configured, a local head is started (if asked)."""
         if self._ray_client is None:
             try:
                 from ray.job_submission import JobSubmissionClient
@@ -156,7 +158,7 @@ class LocalBackend(JobBackend):
             try:
                 self._ray_client = JobSubmissionClient(self._ray_address())
             except ConnectionError as e:
-                if self.settings.launch.ray_address:
+                if self.settings.launch.ray_address or not start_head:
                     raise ClusterUnavailableError(f"no Ray cluster at {self.settings.launch.ray_address}") from e
                 start_local_head(self.settings)
                 self._ray_client = JobSubmissionClient(self._ray_address())
@@ -191,29 +193,47 @@ class LocalBackend(JobBackend):
                 time.sleep(2)
 
     def _refresh(self, path: Path, record: dict[str, Any]) -> None:
-        """Bring a RUNNING record up to date (Ray's job status, or a dead in-process owner)."""
+        """Bring a RUNNING record up to date: verified against its owner, and expired after the job deadline.
+
+        A record that says RUNNING blocks every later launch of its consumer ("already launched"), so it
+        must never outlive its job: a Ray job is asked about (a cluster that is gone, or no longer knows
+        the job, means the job is gone); an in-process job's owner must still be the same process (a pid
+        and its start time); and whatever it says, a record older than ``ICEBATCH_JOB_DEADLINE_SECONDS``
+        (the RayJob's ``activeDeadlineSeconds``) has expired.
+        """
         if record.get("status") not in {"RUNNING", "PENDING"}:
             return
-        if record.get("mode") == "ray-jobs":
-            try:
-                status = str(self._client().get_job_status(record["name"]))
-            except Exception as e:  # the cluster may be gone; the record keeps its last known state
-                log.warning("could not read Ray job %s: %s", record["name"], e)
-                return
-            status = status.rsplit(".", 1)[-1]
-            if status != record["status"]:
-                record["status"] = status
-                if status in {"SUCCEEDED", "FAILED", "STOPPED"}:
-                    record["end_time"] = _now()
-                _write(path, record)
-        elif not _alive(int(record.get("pid", 0))):
-            record.update(
-                status="FAILED",
-                reason="ProcessDied",
-                message="the launcher process ended mid-job",
-                end_time=_now(),
-            )
+        gone: tuple[str, str] | None = None
+        if _age_seconds(record) > self.settings.kubernetes.job_deadline_seconds:
+            gone = ("DeadlineExceeded", "the job outlived ICEBATCH_JOB_DEADLINE_SECONDS; its record expired")
+        elif record.get("mode") == "ray-jobs":
+            gone = self._ray_job_gone(path, record)
+        elif not _same_process(int(record.get("pid", 0)), record.get("pid_started")):
+            gone = ("ProcessDied", "the launcher process ended mid-job")
+        if gone is not None:
+            record.update(status="FAILED", reason=gone[0], message=gone[1], end_time=_now())
             _write(path, record)
+
+    def _ray_job_gone(self, path: Path, record: dict[str, Any]) -> tuple[str, str] | None:
+        try:
+            status = str(self._client(start_head=False).get_job_status(record["name"]))
+        except ClusterUnavailableError:
+            return ("ClusterGone", f"no Ray cluster at {self._ray_address()}: the job went with it")
+        except RuntimeError as e:  # the cluster answers, and does not know the job (a new head)
+            if "does not exist" in str(e) or "not found" in str(e).lower():
+                return ("JobGone", "the Ray cluster does not know the job (it was restarted)")
+            log.warning("could not read Ray job %s: %s", record["name"], e)
+            return None
+        except Exception as e:  # unreachable now: the deadline expires the record if it stays so
+            log.warning("could not read Ray job %s: %s", record["name"], e)
+            return None
+        status = status.rsplit(".", 1)[-1]
+        if status != record["status"]:
+            record["status"] = status
+            if status in {"SUCCEEDED", "FAILED", "STOPPED"}:
+                record["end_time"] = _now()
+            _write(path, record)
+        return None
 
 
 def start_local_head(settings: Settings) -> None:
@@ -286,6 +306,30 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _process_started(pid: int) -> str | None:
+    """When a process started (clock ticks since boot, from /proc): with its pid, it names the process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
+
+
+def _same_process(pid: int, started: str | None) -> bool:
+    """Is ``pid`` still the process that wrote the record (not dead, not a reused pid)?"""
+    if not _alive(pid):
+        return False
+    return started is None or _process_started(pid) in (None, started)
+
+
+def _age_seconds(record: dict[str, Any]) -> float:
+    try:
+        start = datetime.strptime(str(record.get("start_time")), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return float("inf")  # a record without a readable start time cannot be trusted to be live
+    return (datetime.now(UTC) - start).total_seconds()
 
 
 def _now() -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,9 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
 from icebatch.control.reporter import CostReport, Notifier
+from icebatch.core.errors import PermanentError
 from icebatch.core.settings import Settings
+from icebatch.core.untrusted import summarize
 
 
 class FileNotifier(Notifier):
@@ -36,6 +39,9 @@ class FileNotifier(Notifier):
     def notify(self, report: CostReport) -> str:
         self.folder.mkdir(parents=True, exist_ok=True)
         stem = f"{report.key}.{report.status}"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]{0,140}", stem) or ".." in stem:
+            raise PermanentError(f"report key {summarize(report.key, 40)!r} is not a file name (run ids are checked "
+                                 "by the event contracts; this one was not)")  # fmt: skip
         (self.folder / f"{stem}.txt").write_text(f"Subject: {report.subject}\n\n{report.text}\n")
         (self.folder / f"{stem}.json").write_text(
             json.dumps({"subject": report.subject, "attributes": report.attributes, **report.data}, indent=2)
