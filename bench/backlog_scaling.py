@@ -3,6 +3,8 @@
 For tables of 10, 100 and 1,000 append snapshots (1,000 rows each by default, so up to 1,000,000 rows),
 with the consumer's watermark half way, the same run times:
 
+- ``floor``: loading the source table and reading its snapshot summaries, nothing else (goal: the
+  launcher's check within 1.2x of it);
 - ``metadata``: what the launcher does (``ResultsLedger.backlog``: snapshot summaries, no data file),
 - ``scan``: the seed's method, reading the table and counting rows with ``ingested_ms`` past a watermark.
 
@@ -58,6 +60,14 @@ def metadata_count(settings: object) -> int:
     return open_ledger(settings, consumer, control_plane=True).backlog().rows  # type: ignore[arg-type]
 
 
+def floor_count(settings: object) -> int:
+    """The floor: open the catalog, load the source table, read every snapshot's summary. Nothing else."""
+    from icebatch.core.catalog import open_catalog
+
+    table = open_catalog(settings).load_table(settings.catalog.source_table)  # type: ignore[attr-defined]
+    return sum(int((s.summary or {}).get("added-records") or 0) for s in table.metadata.snapshots)
+
+
 def scan_count(settings: object, watermark_ms: int) -> int:
     from icebatch.core.catalog import open_catalog
     from pyiceberg.expressions import GreaterThan
@@ -81,8 +91,11 @@ def main() -> None:
         home = Path(tempfile.mkdtemp(prefix=f"icebatch-backlog-{snapshots}-"))
         print(f"building {snapshots} snapshots x {args.rows} rows ...", flush=True)
         settings, watermark_ms = build(home, snapshots, args.rows)
-        meta, scan = [], []
-        for _ in range(args.repeats):  # interleaved, so that machine noise hits both alike
+        meta, scan, floor = [], [], []
+        for _ in range(args.repeats):  # interleaved, so that machine noise hits all alike
+            t = time.perf_counter()
+            floor_count(settings)
+            floor.append(time.perf_counter() - t)
             t = time.perf_counter()
             m = metadata_count(settings)
             meta.append(time.perf_counter() - t)
@@ -95,12 +108,16 @@ def main() -> None:
             "expected_backlog": expected, "metadata_seconds": meta, "scan_seconds": scan,
             "median_metadata_s": median(meta), "median_scan_s": median(scan),
             "scan_over_metadata": median(scan) / median(meta),
+            "floor_seconds": floor, "median_floor_s": median(floor),
+            "metadata_over_floor": median(meta) / median(floor),
         })  # fmt: skip
         assert m == expected, (m, expected)
-    rows = [("snapshots", "rows", "backlog", "metadata (median)", "scan (median)", "scan / metadata")]
+    rows = [("snapshots", "rows", "backlog", "floor (median)", "metadata (median)", "metadata / floor", "scan (median)",
+             "scan / metadata")]  # fmt: skip
     for r in results:
         rows.append((str(r["snapshots"]), f"{r['rows']:,}", f"{r['backlog_rows']:,}",
-                     f"{r['median_metadata_s'] * 1000:.1f} ms", f"{r['median_scan_s'] * 1000:.1f} ms",
+                     f"{r['median_floor_s'] * 1000:.1f} ms", f"{r['median_metadata_s'] * 1000:.1f} ms",
+                     f"{r['metadata_over_floor']:.2f}", f"{r['median_scan_s'] * 1000:.1f} ms",
                      f"{r['scan_over_metadata']:.1f}x"))  # fmt: skip
     path = write("backlog_scaling", {"rows_per_snapshot": args.rows, "repeats": args.repeats, "sizes": results})
     print(table(rows))

@@ -78,6 +78,12 @@ def render() -> str:
                 f"{size['median_scan_s'] * 1000:.0f} ms | metadata: {size['median_metadata_s'] * 1000:.1f} ms | "
                 f"{size['scan_over_metadata']:.0f}x faster | flat in rows |"
             )
+            if "median_floor_s" in size:
+                lines.append(
+                    f"| ... against the floor at {size['snapshots']:,} snapshots | load the table, read its "
+                    f"summaries: {size['median_floor_s'] * 1000:.1f} ms | {size['median_metadata_s'] * 1000:.1f} ms "
+                    f"| {size['metadata_over_floor']:.2f} | {'<= 1.2' if size['snapshots'] >= 1000 else ''} |"
+                )
     t = _latest("tokens_per_row")
     if t:
         seed = t["seed"]

@@ -514,3 +514,22 @@ def test_a_commit_by_another_writer_to_the_results_table_keeps_the_watermark(set
     # then the watermark is still the run's (pyiceberg's Summary answers None for a missing key, so a
     # membership test on it once took this commit for a watermark of None: every row again)
     assert ledger.watermark() == before and ledger.plan() is None
+
+
+def test_the_ledger_walks_a_history_as_pyiceberg_does_but_in_linear_time(settings: Settings) -> None:
+    from icebatch.core.ledger.lineage import ancestry
+    from pyiceberg.table.snapshots import ancestors_of
+
+    # given a source table with a few appends, and a rollback that leaves a snapshot off main's history
+    table = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+    for seed in range(4):
+        append_tickets(table, generate_tickets(3, random.Random(seed)))
+    table = open_catalog(settings).load_table(settings.catalog.source_table)
+    off_main = table.metadata.current_snapshot_id
+    table.manage_snapshots().rollback_to_snapshot(table.metadata.snapshots[1].snapshot_id).commit()
+    append_tickets(table, generate_tickets(3, random.Random(9)))
+    meta = open_catalog(settings).load_table(settings.catalog.source_table).metadata
+    # when its ancestry is walked, then it is pyiceberg's, newest first, without the rolled-back snapshot
+    ours = [s.snapshot_id for s in ancestry(meta.current_snapshot(), meta)]
+    assert ours == [s.snapshot_id for s in ancestors_of(meta.current_snapshot(), meta)]
+    assert off_main not in ours and len(ours) == 3

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.errors import WatermarkError
+from icebatch.core.ledger.lineage import ancestry
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -107,19 +108,17 @@ def _pending_snapshots(
     remaining snapshot directly follows it: otherwise snapshots after the watermark were expired before
     being processed and their rows can no longer be told apart.
     """
-    from pyiceberg.table.snapshots import ancestors_of
-
     end = meta.snapshot_by_id(upto) if upto is not None else meta.current_snapshot()
     if upto is not None and end is None:
         raise WatermarkError(f"snapshot {upto} is not in the source table's metadata (expired?)")
     if end is None:
         return []
-    ancestry = list(ancestors_of(end, meta))  # newest first
+    history = list(ancestry(end, meta))  # newest first
     if watermark is None:
-        return ancestry[::-1]
-    ids = [s.snapshot_id for s in ancestry]
+        return history[::-1]
+    ids = [s.snapshot_id for s in history]
     if watermark in ids:
-        return ancestry[: ids.index(watermark)][::-1]
+        return history[: ids.index(watermark)][::-1]
     if meta.snapshot_by_id(watermark) is not None:
         raise WatermarkError(
             f"the last processed snapshot {watermark} is not in the history of snapshot {end.snapshot_id}: "
@@ -130,8 +129,8 @@ def _pending_snapshots(
             f"the last processed snapshot {watermark} was expired and the ledger holds no sequence number "
             f"to continue from. {_RESET_FIX}"
         )
-    pending = [s for s in ancestry if (s.sequence_number or 0) > watermark_seq][::-1]
-    kept = [s for s in ancestry if (s.sequence_number or 0) <= watermark_seq]
+    pending = [s for s in history if (s.sequence_number or 0) > watermark_seq][::-1]
+    kept = [s for s in history if (s.sequence_number or 0) <= watermark_seq]
     if pending and not kept and (pending[0].sequence_number or 0) != watermark_seq + 1:
         raise WatermarkError(
             f"snapshots between the last processed snapshot {watermark} (sequence {watermark_seq}) and "

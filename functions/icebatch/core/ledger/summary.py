@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from icebatch.core.errors import WatermarkError
 from icebatch.core.instances import BillingRate
+from icebatch.core.ledger.lineage import ancestry
 
 if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
@@ -284,14 +285,12 @@ class Progress:
 
 def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_version: int) -> Progress:
     """Walk main's ancestry back to this task version's watermark, collecting the chunks committed since."""
-    from pyiceberg.table.snapshots import ancestors_of
-
     if ledger_meta is None or ledger_meta.current_snapshot() is None:
         return Progress(Watermark(None, None), None)
     head: int | None = None
     chunks: list[Snapshot] = []
     watermark = Watermark(None, None)
-    for snap in ancestors_of(ledger_meta.current_snapshot(), ledger_meta):
+    for snap in ancestry(ledger_meta.current_snapshot(), ledger_meta):
         summary = properties(snap)
         if not _is_progress(summary, task_version):
             continue
@@ -378,13 +377,11 @@ def find_commit(ledger_meta: TableMetadata | None, commit_id: str) -> RunRecord 
 
 def list_runs(ledger_meta: TableMetadata | None) -> list[RunRecord]:
     """Completed runs (and resets) along main's ancestry, newest first, every task version (chunks: ``Pending``)."""
-    from pyiceberg.table.snapshots import ancestors_of
-
     if ledger_meta is None:
         return []
     return [
         record(s)
-        for s in ancestors_of(ledger_meta.current_snapshot(), ledger_meta)
+        for s in ancestry(ledger_meta.current_snapshot(), ledger_meta)
         if Key.RUN_ID in (props := properties(s)) and Key.WATERMARK in props
     ]
 
