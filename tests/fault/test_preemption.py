@@ -87,6 +87,7 @@ def _cadence(s: Settings) -> int:
     return commit_every(s.progress.chunk_rows, in_flight_rows(s))
 
 
+@pytest.mark.timeout(2700)  # some 30 job starts; in make test it shares two cores with every other tier
 def test_sigkill_at_twenty_points_loses_nothing_and_redoes_at_most_a_chunk(
     job_settings: Settings, endpoint: Endpoint
 ) -> None:
