@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray.data
+from icebatch.core.errors import WatermarkError
 from icebatch.core.failpoints import arm, failpoint
 from icebatch.core.ledger import RunPlan
 from ray.data.block import BlockMetadata
@@ -65,7 +66,10 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     tasks = sorted(scan.plan_files(), key=lambda t: t.file.file_path)
     for t in tasks:
         if t.delete_files:  # positions would not name rows; pyiceberg plans none for append scans
-            raise NotImplementedError(f"{t.file.file_path} has delete files; an append range cannot have them")
+            raise WatermarkError(
+                f"{t.file.file_path} has delete files, which an append range cannot have: positions would not name "
+                "rows. The source table's history is not what icebatch expects; look at its snapshots"
+            )
     return PlannedRange(tuple(tasks), scan.projection(), table.metadata, table.io)
 
 
