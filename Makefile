@@ -32,7 +32,7 @@ export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 # the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
 export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help env demo test test-fast test-fault test-reliability reliability test-engine test-aws lint sam-venv sam-check format bench lock clean
+.PHONY: help env demo test test-fast test-fault test-reliability reliability test-engine test-aws lint sam-venv sam-check format bench bench-gpu lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
@@ -41,6 +41,7 @@ help:
 	@echo "make test-fault - the real job killed (SIGKILL, SIGTERM) at chosen points, resumed after each"
 	@echo "make test-reliability - the concurrency tests alone, then 20 times in a shuffled order"
 	@echo "make bench  - run the benchmarks (results in bench/results/)"
+	@echo "make bench-gpu - the job vs a bare vllm.LLM on one NVIDIA GPU, Llama-3.1-8B shape (in the job image)"
 	@echo "make lint   - ruff + mypy only"
 	@echo "make lock   - re-resolve requirements/dev.lock from pyproject.toml"
 
@@ -135,10 +136,15 @@ test-aws: env $(SAM_VENV)/.installed
 bench: env
 	$(PY) -m bench.launcher_weight
 	$(PY) -m bench.backlog_scaling
-	$(PY) -m bench.pipeline_vs_bare --rows 1000
+	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 3
+	$(PY) -m bench.scale_out --rows 1000
 	$(PY) -m bench.chunk_cost --rows 2000
 	$(PY) -m bench.tokens_per_row
 	$(PY) -m bench.report
+
+# Needs an NVIDIA GPU and vLLM's CUDA build (the job image); exits non-zero with one line elsewhere.
+bench-gpu:
+	$(if $(wildcard $(VENV)/bin/python),$(PY),$(PYTHON)) -m bench.gpu
 
 lock: | $(UV)
 	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 \

@@ -28,6 +28,7 @@ def machine() -> dict[str, Any]:
         commit = ""
     return {
         "cpu": cpu(),
+        "gpu": gpu(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": commit,
         "python": platform.python_version(),
@@ -51,6 +52,20 @@ def cpu() -> dict[str, Any]:
         "model": info.get("model name", "unknown"),
         "flags": [f for f in wanted if f in info.get("flags", "").split()],
     }
+
+
+def gpu() -> list[str]:
+    """The NVIDIA GPUs' names and memory (nvidia-smi), or [] where there are none."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
 
 
 def median(xs: list[float]) -> float:

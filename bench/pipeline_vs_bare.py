@@ -1,185 +1,178 @@
-"""Pipeline efficiency: the icebatch job's pipeline vs a bare ``vllm.LLM`` over the same prompts.
+"""What the job costs against a bare engine: whole processes, end to end, over the same rows.
 
-Same model (the tiny local one unless ICEBATCH_MODEL_SOURCE says otherwise), same token ids, same
-sampling and structured output, in one run. Reported:
+Two processes over the same generated tickets (same seed, each in its own fresh home, sharing one warm
+model cache), alternated in one run (B J, then J B, ...) so that drift on a noisy machine hits both:
 
-- steady-state generation throughput (output tokens per second once results flow) and its ratio
-  pipeline / bare (goal >= 0.95);
-- fixed start-up overhead: pipeline start (Ray included) -> first token vs the bare engine's start (importing
-  vLLM and constructing ``LLM``, as the pipeline's engine actor must) (goal <= 1.5x). The first token is
-  the first result's arrival less the engine time of its batch (``llm_seconds``, measured by the engine
-  stage); the first result's arrival is reported too;
-- output tokens per row.
+- **bare**: ``python -m bench.bare_job``: a plain script that reads the table, builds the same prompts,
+  constructs ``vllm.LLM`` with the job's engine arguments and generates with the same sampling and
+  structured output (``bench/bare_job.py``). It writes nothing back.
+- **job**: ``python -m icebatch_job run`` as the RayJob runs it: Ray start, read, engine start in Ray
+  Data LLM's actors, generation, parsing, chunked commits to Iceberg, the completion event.
 
-    python -m bench.pipeline_vs_bare --rows 1000
+Reported, per run and as medians:
+
+- **end-to-end ratio** (headline): bare process wall / job process wall (goal >= 0.95);
+- **generation-phase throughput**: output tokens / (last result - first token), each side measured the
+  same way from its own process (the job estimates its first token as its first result less that batch's
+  engine time), and its ratio;
+- **start-up to first token**: from process start (both sides).
+
+    python -m bench.pipeline_vs_bare --rows 2000 [--runs 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from bench.common import table, write
+from bench.common import median, table, write
 
-
-def prompts_for(task, tokenizer_path: str, rows: list[dict], max_model_len: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
-    from icebatch_job.prompts import PromptBuilder
-    from transformers import AutoTokenizer
-
-    builder = PromptBuilder(task, AutoTokenizer.from_pretrained(tokenizer_path), max_model_len)
-    return [builder.build(r).token_ids for r in rows]
+PASS_ENV = ("PATH", "PYTHONPATH", "HOME", "HF_HUB_OFFLINE")
 
 
-def bare(model: str, token_ids: list[list[int]], task, settings) -> dict:  # type: ignore[no-untyped-def]
-    from icebatch_job.pipeline import engine_config
-
-    kwargs = dict(engine_config(settings, model, "cpu").engine_kwargs)
-    t0 = time.perf_counter()  # a fresh engine pays for importing vLLM too, as the pipeline's engine actor does
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
-    from vllm.sampling_params import StructuredOutputsParams
-
-    llm = LLM(model=model, **kwargs)
-    start = time.perf_counter() - t0
-    params = SamplingParams(**task.sampling, structured_outputs=StructuredOutputsParams(json=task.output_schema_json))
-    t1 = time.perf_counter()
-    outs = llm.generate([TokensPrompt(prompt_token_ids=t) for t in token_ids], params, use_tqdm=False)
-    gen = time.perf_counter() - t1
-    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-    ok = sum(task.parse(o.outputs[0].text)[0] is not None for o in outs)
-    del llm
-    gc.collect()
-    return {"start_s": start, "generate_s": gen, "output_tokens": tokens, "ok": ok, "tok_per_s": tokens / gen}
-
-
-def triage(settings):  # type: ignore[no-untyped-def]
-    """The benchmark's consumer: the embedded default's ticket triage."""
-    from icebatch.core.consumers import consumer_named, load_consumers
-
-    return consumer_named(load_consumers(settings), "triage")
-
-
-def pipeline(settings, rows: int) -> dict:  # type: ignore[no-untyped-def]
+def _home(root: Path, name: str, rows: int, model: str, **overrides: Any) -> Any:
+    """A fresh home with the tickets every home of this run gets (same seed) and the triage consumer."""
     from icebatch.core.catalog import open_catalog
-    from icebatch.core.ledger import open_ledger
-    from icebatch_job.done import DoneRows
-    from icebatch_job.pipeline import build_pipeline
-    from icebatch_job.results import batch_engine_seconds
-    from icebatch_job.runtime import init_ray, prepare_environment
-    from icebatch_job.source import plan_range, read_dataset
+    from icebatch.core.settings import Settings
+    from icebatch_job.tickets import ensure_source_table, generate
 
-    consumer = triage(settings)
-    task = consumer.task
-    ledger = open_ledger(settings, consumer)
-    plan = ledger.plan()
-    assert plan is not None
-    t0 = time.perf_counter()
-    env = prepare_environment(settings, device="cpu")
-    init_ray(settings, env)
-    t_ray = time.perf_counter()
-    source = open_catalog(settings).load_table(settings.catalog.source_table)
-    ds = read_dataset(plan_range(source, plan, (task.id_column, *task.input_columns)), DoneRows())
-    built = build_pipeline(
-        ds, task, settings, run_id=plan.run_id, model=str(settings.engine.model_source), device="cpu"
+    settings = Settings.from_env().with_overrides(home=root / name, model_source=model, **overrides)
+    generate(
+        ensure_source_table(open_catalog(settings), settings.catalog.source_table), tickets=rows, batches=5, seed=1
     )
-    t_built = time.perf_counter()
-    arrivals: list[tuple[float, int]] = []
-    first_batch_llm_s = 0.0
-    for batch in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-        arrivals.append((time.perf_counter(), int(batch.column("num_generated_tokens").to_numpy().sum())))
-        if len(arrivals) == 1:
-            first_batch_llm_s = batch_engine_seconds(batch)  # as the job measures its start-up
-    first, last = arrivals[0][0], arrivals[-1][0]
-    total = sum(n for _, n in arrivals)
-    after_first = total - arrivals[0][1]
-    steady = after_first / (last - first) if last > first else float("nan")
+    return settings
+
+
+def _environment(settings: Any, cache: Path) -> dict[str, str]:
+    """The job's environment (its settings and consumer) with the caches both sides share."""
+    from icebatch.core.consumers import consumer_named, load_consumers
+    from icebatch_job.runtime import job_environment
+
+    consumer = consumer_named(load_consumers(settings), "triage")
+    env = settings.job_environment(job_consumer=consumer.to_json())
+    device = "gpu" if settings.engine.device == "gpu" else "cpu"
+    env.update(job_environment(settings.with_overrides(home=cache), device=device))  # one warm model cache
+    env.update({k: os.environ[k] for k in PASS_ENV if k in os.environ})
+    return env
+
+
+def _process(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, float, str]:
+    """Run one whole process; (its start on the wall clock, its wall seconds, its stdout)."""
+    started = time.time()
+    t0 = time.perf_counter()
+    with log.open("w") as err:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[2]} failed (exit {done.returncode}); see {log}")
+    return started, wall, done.stdout
+
+
+def run_bare(settings: Any, cache: Path) -> dict[str, Any]:
+    out = settings.home / "bare.json"
+    started, wall, _ = _process(
+        [sys.executable, "-m", "bench.bare_job", str(out)], _environment(settings, cache), settings.home / "bare.log"
+    )
+    r = json.loads(out.read_text())
+    return _side(wall, started, r["rows"], r["output_tokens"], r["first_token_at"], r["last_result_at"], r["ok"])
+
+
+def run_job(settings: Any, cache: Path, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    env = {**_environment(settings, cache), **(extra_env or {})}
+    started, wall, stdout = _process(
+        [sys.executable, "-m", "icebatch_job", "run", "--json"], env, settings.home / "job.log"
+    )
+    r = json.loads(stdout)  # --json: stdout is exactly the job's summary
+    return _side(wall, started, r["rows"], r["output_tokens"], r["first_token_at"], r["last_result_at"], r["rows_ok"])
+
+
+def _side(wall: float, started: float, rows: int, tokens: int, first: float, last: float, ok: int) -> dict[str, Any]:
     return {
-        "phases_s": {"ray_init": t_ray - t0, "plan_and_build": t_built - t_ray, "execute_to_first": first - t_built},
-        "first_result_s": first - t0,
-        "first_batch_llm_s": first_batch_llm_s,
-        "first_token_s": first - t0 - first_batch_llm_s,
-        "total_s": last - t0,
-        "output_tokens": total,
-        "batches": len(arrivals),
-        "tok_per_s": steady,
+        "wall_s": wall,
+        "rows": rows,
+        "ok": ok,
+        "output_tokens": tokens,
+        "first_token_s": first - started,  # start-up: process start -> first token
+        "generation_s": last - first,
+        "generation_tok_per_s": tokens / (last - first),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1000)
-    parser.add_argument("--snapshots", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=1, help="pairs of processes (bare, job), order alternated")
     args = parser.parse_args()
 
-    from icebatch.core.catalog import open_catalog
     from icebatch.core.settings import Settings
     from icebatch_job.model import resolve_model
-    from icebatch_job.runtime import prepare_environment
-    from icebatch_job.source import iter_batches
-    from icebatch_job.tickets import ensure_source_table, generate
 
-    home = Path(tempfile.mkdtemp(prefix="icebatch-bench-"))
-    base = Settings.from_env()
-    settings = base.with_overrides(home=home, model_source=resolve_model(base))
-    prepare_environment(settings, device="cpu")
-    consumer = triage(settings)
-    task = consumer.task
-    table_ = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
-    generate(table_, tickets=args.rows, batches=args.snapshots, seed=1)
-    from icebatch.core.ledger import open_ledger
+    model = resolve_model(Settings.from_env())
+    root = Path(tempfile.mkdtemp(prefix="icebatch-bench-e2e-"))
+    cache = root / "shared"
+    print("warming the shared model cache (a small bare run, not timed) ...", flush=True)
+    run_bare(_home(root, "warm", 16, model), cache)
+    runs: list[dict[str, Any]] = []
+    for i in range(args.runs):
+        order = ["bare", "job"] if i % 2 == 0 else ["job", "bare"]
+        sample: dict[str, Any] = {}
+        for side in order:
+            settings = _home(root, f"{side}-{i}", args.rows, model)
+            print(f"[run {i + 1}/{args.runs}] {side}: {args.rows} rows ...", flush=True)
+            sample[side] = (run_bare if side == "bare" else run_job)(settings, cache)
+            print(f"    {sample[side]['wall_s']:.1f} s", flush=True)
+        sample["ratio"] = sample["bare"]["wall_s"] / sample["job"]["wall_s"]
+        runs.append(sample)
 
-    plan = open_ledger(settings, consumer).plan()
-    assert plan is not None
-    rows = [
-        r
-        for b in iter_batches(open_catalog(settings).load_table(settings.catalog.source_table), plan)
-        for r in b.to_pylist()
-    ]
-    token_ids = prompts_for(task, str(settings.engine.model_source), rows, settings.engine.max_model_len)
+    def med(side: str, key: str) -> float:
+        return median([r[side][key] for r in runs])
 
-    print(f"bare vllm.LLM over {len(token_ids)} prompts ...", flush=True)
-    b = bare(str(settings.engine.model_source), token_ids, task, settings)
-    print(f"icebatch pipeline over the same {len(rows)} rows ...", flush=True)
-    p = pipeline(settings, len(rows))
-
-    ratio = p["tok_per_s"] / b["tok_per_s"]
-    startup = p["first_token_s"] / b["start_s"]
+    ratio = median([r["ratio"] for r in runs])
+    gen_ratio = med("job", "generation_tok_per_s") / med("bare", "generation_tok_per_s")
     result = {
-        "rows": len(rows),
-        "bare": b,
-        "pipeline": p,
-        "steady_state_ratio": ratio,
-        "startup_ratio": startup,
-        "output_tokens_per_row": {
-            "bare": b["output_tokens"] / len(rows),
-            "pipeline": p["output_tokens"] / len(rows),
-        },
-        "goals": {"steady_state_ratio": ">= 0.95", "startup_ratio": "<= 1.5"},
+        "rows": args.rows,
+        "runs": runs,
+        "end_to_end_ratio": ratio,
+        "end_to_end_ratio_spread": [round(min(r["ratio"] for r in runs), 3), round(max(r["ratio"] for r in runs), 3)],
+        "median": {side: {k: med(side, k) for k in runs[0][side]} for side in ("bare", "job")},
+        "generation_ratio": gen_ratio,
+        "goals": {"end_to_end_ratio": ">= 0.95"},
     }
     path = write("pipeline_vs_bare", result)
-    per_row_bare = b["output_tokens"] / len(rows)
-    per_row_pipe = p["output_tokens"] / len(rows)
-    rows_out = [
-        ("measure", "bare vllm.LLM", "icebatch pipeline", "ratio (pipeline/bare)"),
-        (
-            "steady output tok/s",
-            f"{b['tok_per_s']:,.0f}",
-            f"{p['tok_per_s']:,.0f}",
-            f"{ratio:.2f} (goal >= 0.95)",
-        ),
-        (
-            "start-up s (to first token)",
-            f"{b['start_s']:.1f}",
-            f"{p['first_token_s']:.1f}",
-            f"{startup:.2f} (goal <= 1.5)",
-        ),
-        ("first result s", "", f"{p['first_result_s']:.1f}", ""),
-        ("output tokens / row", f"{per_row_bare:.1f}", f"{per_row_pipe:.1f}", ""),
-    ]
-    print(table(rows_out))
+    spread = result["end_to_end_ratio_spread"]
+    print(
+        table(
+            [
+                ("measure (median)", "bare vllm.LLM script", "icebatch job", "ratio"),
+                (
+                    "process wall s",
+                    f"{med('bare', 'wall_s'):.1f}",
+                    f"{med('job', 'wall_s'):.1f}",
+                    f"{ratio:.2f} bare/job (goal >= 0.95; runs {spread[0]:.2f}-{spread[1]:.2f})",
+                ),
+                (
+                    "start-up to first token s",
+                    f"{med('bare', 'first_token_s'):.1f}",
+                    f"{med('job', 'first_token_s'):.1f}",
+                    "",
+                ),
+                (
+                    "generation output tok/s",
+                    f"{med('bare', 'generation_tok_per_s'):,.0f}",
+                    f"{med('job', 'generation_tok_per_s'):,.0f}",
+                    f"{gen_ratio:.2f} job/bare",
+                ),
+                ("output tokens", f"{med('bare', 'output_tokens'):,.0f}", f"{med('job', 'output_tokens'):,.0f}", ""),
+            ]
+        )
+    )
     print(f"\nwritten: {path}")
 
 

@@ -65,6 +65,7 @@ class JobResult:
     completed: BatchJobCompleted | None = None
     failed: BatchJobFailed | None = None
     chunk_commit_seconds: float = 0.0  # writing and committing the chunks before the last (this attempt)
+    timeline: dict[str, float] = field(default_factory=dict)  # EngineTiming.timeline (wall-clock epochs)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "rows": 0}
@@ -93,6 +94,7 @@ class JobResult:
                 labels=e.labels,
                 chunks=e.chunks,
                 chunk_commit_seconds=round(self.chunk_commit_seconds, 3),
+                **self.timeline,
             )
         if self.failed is not None:
             out.update(error_type=self.failed.error_type, reason=self.failed.reason, stage=self.failed.stage)
@@ -105,6 +107,16 @@ class EngineTiming:
     ended: float | None = None
     first_result_seconds: float = 0.0
     startup_seconds: float = 0.0  # the first result's arrival less its batch's engine time
+    started_at: float = 0.0  # ``started`` on the wall clock (``time.time()``), for other processes to compare
+
+    def timeline(self) -> dict[str, float]:
+        """Wall-clock epochs of the first token (estimated as ``startup_seconds``) and of the last result."""
+        if self.started is None or self.ended is None:
+            return {}
+        return {
+            "first_token_at": round(self.started_at + self.startup_seconds, 3),
+            "last_result_at": round(self.started_at + (self.ended - self.started), 3),
+        }
 
     @property
     def engine_seconds(self) -> float:
@@ -133,6 +145,7 @@ class JobRun:
     timing: EngineTiming = field(default_factory=EngineTiming)
     device: str = "-"
     model: str = "-"
+    chunk_rows: int = 0  # the chunk this attempt uses (``window.chunk_size``)
 
     @property
     def elapsed(self) -> float:
@@ -236,28 +249,48 @@ def plan(run: JobRun) -> bool:
 
 def start(run: JobRun) -> BuiltPipeline:
     """Ray, what is already done, the read of the rest of the range, and the pipeline (the engine starts
-    as the pipeline executes)."""
+    as the pipeline executes). The driver imports what the build needs while Ray starts, never vLLM
+    (``icebatch_job.driver_imports``)."""
+    from icebatch_job.driver_imports import driver_imports
     from icebatch_job.model import resolve_model
-    from icebatch_job.pipeline import build_pipeline, in_flight_rows
-    from icebatch_job.runtime import detect_device, init_ray, prepare_environment
-    from icebatch_job.source import Failpoint, plan_range, read_dataset
-    from icebatch_job.window import RowWindow, commit_every, gate
+    from icebatch_job.pipeline import in_flight_rows
+    from icebatch_job.runtime import init_ray, prepare_environment
+    from icebatch_job.window import chunk_size, commit_every
 
     run.stage = "start"
-    s, task, p = run.settings, run.consumer.task, run.plan
-    assert p is not None
-    engine = s.engine
-    every = commit_every(s.progress.chunk_rows, in_flight_rows(s))  # a chunk too small fails before any work
+    s, engine = run.settings, run.settings.engine
+    in_flight = in_flight_rows(s)
+    run.chunk_rows = chunk_size(s.progress.chunk_rows, in_flight)
+    if run.chunk_rows != s.progress.chunk_rows:
+        log.info("chunks of %d rows: ICEBATCH_CHUNK_ROWS=%d is less than twice the %d rows %d replica(s) keep "
+                 "in flight", run.chunk_rows, s.progress.chunk_rows, in_flight, s.engine.concurrency)  # fmt: skip
+    every = commit_every(run.chunk_rows, in_flight)
     run.model = (
         resolve_model(s, run.consumer) if engine.engine_mode == "engine" else (engine.endpoint_model or "endpoint")
     )
-    init_ray(s, prepare_environment(s, device=engine.device if engine.device != "auto" else "cpu", model=run.model))
-    if run.interrupts is not None:
-        run.interrupts.install()  # again: ray.init sets its own SIGTERM handler
+    # before anything imports torch or transformers: they read their cache locations once, at import
+    env = prepare_environment(s, device=engine.device if engine.device != "auto" else "cpu", model=run.model)
+    with driver_imports() if engine.engine_mode == "engine" else nullcontext():
+        init_ray(s, env)
+        if run.interrupts is not None:
+            run.interrupts.install()  # again: ray.init sets its own SIGTERM handler
+        built = _build(run, every)
+    run.model = built.model_name
+    return built
+
+
+def _build(run: JobRun, every: int) -> BuiltPipeline:
+    from icebatch_job.pipeline import build_pipeline
+    from icebatch_job.runtime import detect_device
+    from icebatch_job.source import Failpoint, plan_range, read_dataset
+    from icebatch_job.window import RowWindow, gate
+
+    s, task, p, engine = run.settings, run.consumer.task, run.plan, run.settings.engine
+    assert p is not None
     run.device = detect_device(s)
     planned = plan_range(run.ledger.source(), p, (task.id_column, *task.input_columns))
     progress = load_progress(run.ledger, p, task)
-    window = RowWindow(s.progress.chunk_rows)
+    window = RowWindow(run.chunk_rows)
     run.committer = ChunkCommitter(
         run.ledger, p, task,
         start=progress,
@@ -270,9 +303,7 @@ def start(run: JobRun) -> BuiltPipeline:
     )  # fmt: skip
     source = read_dataset(planned, progress.done, fp=Failpoint(s.progress.failpoint, s.home))
     source = gate(source, window, engine.batch_size)
-    built = build_pipeline(source, task, s, run_id=p.run_id, model=run.model, device=run.device)
-    run.model = built.model_name
-    return built
+    return build_pipeline(source, task, s, run_id=p.run_id, model=run.model, device=run.device)
 
 
 def stream(run: JobRun, built: BuiltPipeline) -> None:
@@ -286,9 +317,9 @@ def stream(run: JobRun, built: BuiltPipeline) -> None:
     todo = committer.range_rows - len(committer.done)
     progress = Progress(todo)
     progress.note(f"run {p.run_id}: {todo:,} rows, model {run.model} ({run.device}), "
-                  f"chunks of {run.settings.progress.chunk_rows:,}")  # fmt: skip
+                  f"chunks of {run.chunk_rows:,}")  # fmt: skip
     run.stage = "inference"
-    run.timing.started = time.monotonic()
+    run.timing.started, run.timing.started_at = time.monotonic(), time.time()
     try:
         for item in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
             batch = cast("pa.Table", item)
@@ -344,7 +375,13 @@ def completed(run: JobRun, commit: CommitResult) -> JobResult:
     )
     run.out(completed_text(event, include_state=False))
     publish(run.publisher, event)
-    return JobResult("completed", plan=run.plan, completed=event, chunk_commit_seconds=c.commit_seconds)
+    return JobResult(
+        "completed",
+        plan=run.plan,
+        completed=event,
+        chunk_commit_seconds=c.commit_seconds,
+        timeline=run.timing.timeline(),
+    )
 
 
 def failed_event(run: JobRun, error: BaseException, *, retryable: bool) -> BatchJobFailed:

@@ -13,6 +13,7 @@ Either way the last stage turns each engine output into exactly one result row w
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROMPT_STAGE_MEMORY = 512 * 1024**2  # a tokenizer and its batch (measured ~310 MiB with the tiny model)
-MAX_CONCURRENT_BATCHES = 4  # batches each engine replica works on at once (ray.data.llm's max_concurrent_batches)
+MIN_CONCURRENT_BATCHES = 4  # batches each engine replica works on at once (ray.data.llm's max_concurrent_batches)
+
+
+LARGE_GPUS = ("H100", "H200", "B200", "B300", "GB200")  # >= 70 GB: vLLM's larger offline defaults
+
+
+def offline_max_num_seqs(device: str, tp: int) -> int:
+    """vLLM's ``max_num_seqs`` for ``vllm.LLM`` (UsageContext.LLM_CLASS)."""
+    return 256 * tp if device == "cpu" else 256
+
+
+def offline_max_num_batched_tokens(device: str, tp: int, accelerator_type: str | None) -> int:
+    """vLLM's ``max_num_batched_tokens`` for ``vllm.LLM`` (UsageContext.LLM_CLASS)."""
+    if device == "cpu":
+        return 4096 * tp
+    return 16384 if (accelerator_type or "").upper() in LARGE_GPUS else 8192
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,12 @@ class EngineConfig:
     batch_size: int
     concurrency: int
     accelerator_type: str | None
+    max_concurrent_batches: int = MIN_CONCURRENT_BATCHES
+
+
+def concurrent_batches(batch_size: int, max_num_seqs: int) -> int:
+    """Batches in flight per replica: enough to keep ``max_num_seqs`` sequences running (Ray Data LLM's rule)."""
+    return max(MIN_CONCURRENT_BATCHES, math.ceil(max_num_seqs / batch_size))
 
 
 def engine_config(settings: Settings, model_source: str, device: str) -> EngineConfig:
@@ -59,14 +81,22 @@ def engine_config(settings: Settings, model_source: str, device: str) -> EngineC
     if settings.engine.structured_output:
         # guidance keeps strings free of raw control characters (xgrammar let ~15 % through on CPU)
         kwargs["structured_outputs_config"] = {"backend": "guidance", "disable_any_whitespace": True}
-    if settings.engine.max_num_batched_tokens:
-        kwargs["max_num_batched_tokens"] = settings.engine.max_num_batched_tokens
-    if settings.engine.max_num_seqs:
-        kwargs["max_num_seqs"] = settings.engine.max_num_seqs
+    tp = settings.engine.tensor_parallel_size
+    if tp > 1:
+        kwargs["tensor_parallel_size"] = tp  # Ray Data LLM places the replica's tp GPUs in one placement group
+    # A batch job is vLLM's offline workload: the defaults vllm.LLM gets, not those of the server (AsyncLLM,
+    # which ray.data.llm constructs): on CPU 256 sequences / 4096 tokens instead of 128 / 2048, on a GPU
+    # 8192 batched tokens instead of 2048 (vllm.engine.arg_utils, UsageContext.LLM_CLASS).
+    kwargs["max_num_seqs"] = settings.engine.max_num_seqs or offline_max_num_seqs(device, tp)
+    kwargs["max_num_batched_tokens"] = settings.engine.max_num_batched_tokens or offline_max_num_batched_tokens(
+        device, tp, settings.engine.accelerator_type
+    )
     if device == "gpu":
         kwargs["gpu_memory_utilization"] = settings.engine.gpu_memory_utilization
     if model_source.startswith("s3://") and settings.engine.model_load_format == "runai_streamer":
         kwargs["load_format"] = "runai_streamer"  # else Ray Data LLM downloads it to the node's disk first
+    if settings.engine.model_load_format == "dummy":
+        kwargs["load_format"] = "dummy"  # random weights: the architecture's cost without its checkpoint
     return EngineConfig(
         model_source=model_source,
         model_name=model_source.rstrip("/").rsplit("/", 1)[-1],
@@ -75,6 +105,7 @@ def engine_config(settings: Settings, model_source: str, device: str) -> EngineC
         batch_size=settings.engine.batch_size,
         concurrency=settings.engine.concurrency,
         accelerator_type=settings.engine.accelerator_type if device == "gpu" else None,
+        max_concurrent_batches=concurrent_batches(settings.engine.batch_size, kwargs["max_num_seqs"]),
     )
 
 
@@ -90,14 +121,16 @@ def processor_config(cfg: EngineConfig) -> Any:
         model_source=cfg.model_source,
         engine_kwargs=cfg.engine_kwargs,
         batch_size=cfg.batch_size,
-        concurrency=cfg.concurrency,
+        # (n, n), not n: an int makes Ray Data LLM autoscale from ONE replica up to n, while the RayJob's
+        # worker group holds (and bills) n GPU workers from the start
+        concurrency=(cfg.concurrency, cfg.concurrency),
         accelerator_type=cfg.accelerator_type,
         chat_template_stage=False,
         tokenize_stage=False,
         detokenize_stage=False,  # vLLM detokenizes the output itself
         should_continue_on_error=True,  # a failed row becomes an inference_error row, not a failed job
         log_engine_metrics=True,  # vLLM's metrics on Ray's Prometheus endpoint (jobimage/k8s/podmonitor.yaml)
-        max_concurrent_batches=MAX_CONCURRENT_BATCHES,
+        max_concurrent_batches=cfg.max_concurrent_batches,
         **extra,
     )
 
@@ -163,7 +196,8 @@ def in_flight_rows(settings: Settings) -> int:
         from icebatch_job.endpoint import endpoint_batch_size
 
         return 2 * endpoint_batch_size(settings) + e.batch_size
-    return e.batch_size * (MAX_CONCURRENT_BATCHES * e.concurrency + 3)
+    seqs = e.max_num_seqs or offline_max_num_seqs(e.device if e.device != "auto" else "gpu", e.tensor_parallel_size)
+    return e.batch_size * (concurrent_batches(e.batch_size, seqs) * e.concurrency + 3)
 
 
 def build_pipeline(

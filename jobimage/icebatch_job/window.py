@@ -9,7 +9,8 @@ chunk. The gate sees blocks of one engine batch each (``repartition(target_num_r
 a Ray Data task hands on its output only when it ends, so a task holding several batches' worth of rows
 would wait for permits that only its own rows, once handed on, can bring back.
 
-The job commits every ``chunk_rows - in_flight`` rows (``commit_every``), where ``in_flight`` is what the
+The job commits every ``chunk - in_flight`` rows (``commit_every``; ``chunk_size`` grows the chunk when
+more replicas keep more rows in flight), where ``in_flight`` is what the
 pipeline needs in hand to keep the engine busy while a commit runs and to fill its batches
 (``icebatch_job.pipeline.in_flight_rows``).
 """
@@ -89,6 +90,16 @@ def gate(dataset: ray.data.Dataset, window: RowWindow, rows_per_block: int) -> r
         compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=SMALL_CPU,
     )
+
+
+def chunk_size(chunk_rows: int, in_flight: int) -> int:
+    """The chunk a run uses: ``ICEBATCH_CHUNK_ROWS``, or twice the rows in flight when that is more.
+
+    More engine replicas keep more rows in flight (a RayJob for a large backlog gets up to the consumer's
+    ``max_gpus``): with four replicas at the defaults that is 1,216 rows, and a 1,000-row chunk could not
+    hold them. The chunk grows with the replicas rather than failing the run.
+    """
+    return max(chunk_rows, 2 * in_flight)
 
 
 def commit_every(chunk_rows: int, in_flight: int) -> int:

@@ -89,7 +89,7 @@ def test_the_worker_fits_every_instance_type_the_node_pool_allows() -> None:
     assert sorted(requirements["karpenter.k8s.aws/instance-family"]) == sorted(
         {INSTANCE_TYPES[t].family for t in types}
     )
-    assert types == DEFAULTS.cluster.gpu_instance_types == DEFAULTS.cluster.hosting_instance_types
+    assert types == DEFAULTS.cluster.gpu_instance_types == DEFAULTS.cluster.hosting_instance_types()
 
 
 def test_a_worker_too_big_for_an_xlarge_is_kept_off_it_and_billed_at_the_size_that_hosts_it() -> None:

@@ -100,10 +100,19 @@ class JobProcess:
                 marker.unlink()
 
 
-def start_job(settings: Settings, consumer: Consumer, *, failpoint: str | None = None, tag: str = "job") -> JobProcess:
-    """``python -m icebatch_job run --json`` in its own session, with the environment a RayJob's pod gets."""
+def start_job(
+    settings: Settings,
+    consumer: Consumer,
+    *,
+    failpoint: str | None = None,
+    tag: str = "job",
+    extra_env: dict[str, str] | None = None,
+) -> JobProcess:
+    """``python -m icebatch_job run --json`` in its own session, with the environment a RayJob's pod gets
+    (``extra_env``: e.g. ``RAY_ADDRESS``, as KubeRay sets it for the entrypoint)."""
     env = settings.job_environment(job_consumer=consumer.to_json(), failpoint=failpoint)
     env.update({k: os.environ[k] for k in ("PATH", "PYTHONPATH", "HOME", "HF_HUB_OFFLINE") if k in os.environ})
+    env.update(extra_env or {})
     log = settings.home / f"{tag}-{time.monotonic_ns()}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as err:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from icebatch.core.settings import Settings
 from icebatch_job.model import is_remote_model
-from icebatch_job.pipeline import engine_config, processor_config
+from icebatch_job.pipeline import engine_config, in_flight_rows, processor_config
 from icebatch_job.runtime import job_environment
 
 pytestmark = pytest.mark.unit
@@ -42,7 +42,9 @@ def test_gpu_plan_exposes_the_engine_settings() -> None:
     assert "load_format" not in kw  # Ray Data LLM downloads an s3:// model to the node's disk first
     assert (kw["enable_prefix_caching"], kw["enforce_eager"], kw["dtype"]) == (False, False, "bfloat16")
     proc = processor_config(cfg)
-    assert (proc.concurrency, proc.accelerator_type, proc.placement_group_config) == (3, "L4", None)
+    # every replica the RayJob's workers hold starts at once: an int would autoscale from one replica
+    assert (proc.concurrency, proc.accelerator_type, proc.placement_group_config) == ((3, 3), "L4", None)
+    assert proc.get_concurrency() == {"min_size": 3, "max_size": 3}
     assert cfg.model_name == "llama-3.1-8b"
 
 
@@ -81,3 +83,47 @@ def test_job_environment_keeps_caches_under_home(tmp_path) -> None:  # type: ign
 )
 def test_remote_model_detection(source: str, remote: bool) -> None:
     assert is_remote_model(source) is remote
+
+
+@pytest.mark.parametrize(
+    ("device", "accelerator", "seqs", "tokens"),
+    [("cpu", None, 256, 4096), ("gpu", "L40S", 256, 8192), ("gpu", "H100", 256, 16384)],
+)
+def test_the_engine_gets_vllms_offline_defaults_not_the_servers(
+    device: str, accelerator: str | None, seqs: int, tokens: int
+) -> None:
+    # the defect: ray.data.llm builds an AsyncLLM, whose defaults are the server's (on CPU 128 sequences and
+    # 2048 batched tokens, on an L40S 2048 tokens), while a bare vllm.LLM gets the offline ones
+    cfg = engine_config(Settings(accelerator_type=accelerator), "/models/tiny", device)
+    assert (cfg.engine_kwargs["max_num_seqs"], cfg.engine_kwargs["max_num_batched_tokens"]) == (seqs, tokens)
+    # and enough batches are in flight to keep that many sequences running
+    assert cfg.batch_size * cfg.max_concurrent_batches >= seqs
+
+
+def test_explicit_engine_limits_win_and_size_the_batches_in_flight() -> None:
+    s = Settings(max_num_seqs=1024, max_num_batched_tokens=2048, batch_size=64, chunk_rows=5000)
+    cfg = engine_config(s, "/models/tiny", "gpu")
+    assert (cfg.engine_kwargs["max_num_seqs"], cfg.engine_kwargs["max_num_batched_tokens"]) == (1024, 2048)
+    assert cfg.max_concurrent_batches == 16
+    assert processor_config(cfg).max_concurrent_batches == 16
+    assert in_flight_rows(s) == 64 * (16 + 3)  # what the row window must leave room for
+
+
+def test_tensor_parallelism_reaches_the_engine_and_ray_places_its_gpus() -> None:
+    cfg = engine_config(Settings(tensor_parallel_size=2), "s3://models/llama/", "gpu")
+    assert cfg.engine_kwargs["tensor_parallel_size"] == 2
+    assert processor_config(cfg).placement_group_config is None  # Ray Data LLM: tp GPU bundles per replica
+    assert "tensor_parallel_size" not in engine_config(Settings(), "s3://models/llama/", "gpu").engine_kwargs
+
+
+def test_more_replicas_grow_the_chunk_instead_of_failing_the_run() -> None:
+    # the defect: at the defaults two replicas keep 704 rows in flight, and the 1,000-row chunk failed every
+    # run at start (ConfigError) -- the launcher gives a large backlog up to the consumer's max_gpus (4)
+    from icebatch_job.window import chunk_size, commit_every
+
+    four = Settings(concurrency=4)
+    in_flight = in_flight_rows(four)
+    assert in_flight == 64 * (4 * 4 + 3)
+    chunk = chunk_size(four.progress.chunk_rows, in_flight)
+    assert chunk == 2 * in_flight and commit_every(chunk, in_flight) == in_flight
+    assert chunk_size(1000, in_flight_rows(Settings())) == 1000  # one replica: the setting as it is

@@ -8,6 +8,7 @@ import pytest
 from icebatch.control.jobs import job_state
 from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_env, job_name, range_tag
 from icebatch.core.consumers import Consumer
+from icebatch.core.errors import ConfigError
 from icebatch.core.estimate import gpus_for
 from icebatch.core.settings import Settings
 
@@ -155,3 +156,29 @@ def test_job_state_reads_both_status_fields(status: dict, terminal: bool, succee
 def test_vendored_crds_match_the_shared_ones(version: str) -> None:
     vendored = gzip.decompress((CRD_DIR / f"ray.io_rayjobs.{version}.yaml.gz").read_bytes())
     assert vendored == (SHARED_DIR / f"ray.io_rayjobs.{version}.yaml").read_bytes()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_tensor_parallel_replica_is_one_worker_with_its_gpus_on_a_type_that_has_them(version: str) -> None:
+    # given engines sharded over 2 GPUs each, 3 replicas, and types of 1 and 4 GPUs allowed
+    tp = S.with_overrides(tensor_parallel_size=2, gpu_instance_types=["g6.xlarge", "g6.12xlarge"])
+    # when the RayJob is built
+    m = build_rayjob_manifest(tp, spec(gpus=3))
+    worker = m["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    container = worker["template"]["spec"]["containers"][0]
+    # then there is one worker per replica, each asking for (and limited to) the replica's 2 GPUs
+    assert (worker["replicas"], worker["minReplicas"], worker["maxReplicas"]) == (3, 3, 3)
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    # only on the type with enough GPUs, billed at its price; the pods are told the setting
+    terms = worker["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["g6.12xlarge"]
+    assert tp.billing().instance_type == "g6.12xlarge"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["ICEBATCH_TENSOR_PARALLEL_SIZE"] == "2"
+    assert errors(m, version) == []
+
+
+def test_tensor_parallelism_that_no_allowed_type_can_host_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError, match=r"2 GPU\(s\).*ICEBATCH_GPU_INSTANCE_TYPES"):
+        S.with_overrides(tensor_parallel_size=2)  # the default types have one GPU each

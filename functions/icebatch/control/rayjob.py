@@ -5,7 +5,8 @@
   the same name, even if it saw a newer snapshot, so concurrent launches collide on 409 AlreadyExists
   instead of racing; two deployments in one namespace never share a name. A failed attempt does not
   block the range: the next launch uses ``a<n+1>``, up to ``ICEBATCH_MAX_ATTEMPTS``.
-- **Size**: the GPU worker group's replicas = the job's engine concurrency (``icebatch.core.estimate``).
+- **Size**: the GPU worker group's replicas = the job's engine replicas (``icebatch.core.estimate``), each
+  worker with ``ICEBATCH_TENSOR_PARALLEL_SIZE`` GPUs (one engine across them).
 - **Lifetime**: ``shutdownAfterJobFinishes`` with a short ``ttlSecondsAfterFinished`` (60 s, not the seed's
   1200), an ``activeDeadlineSeconds`` and a ``backoffLimit``.
 - **Environment**: the job's settings (``Settings.job_environment``) and its consumer, task included.
@@ -130,14 +131,15 @@ def _gpu_affinity(types: list[str]) -> dict[str, Any]:
 
 
 def _worker(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dict[str, Any]:
-    cluster = settings.cluster
+    """One worker per engine replica, each with the replica's GPUs (tensor parallelism stays inside a worker)."""
+    cluster, gpus = settings.cluster, str(settings.engine.tensor_parallel_size)
     container = {
         "name": "ray-worker",
         "image": settings.kubernetes.job_image,
         "env": env,
         "resources": {
-            "requests": {"cpu": cluster.worker_cpu, "memory": cluster.worker_memory, "nvidia.com/gpu": "1"},
-            "limits": {"memory": cluster.worker_memory, "nvidia.com/gpu": "1"},
+            "requests": {"cpu": cluster.worker_cpu, "memory": cluster.worker_memory, "nvidia.com/gpu": gpus},
+            "limits": {"memory": cluster.worker_memory, "nvidia.com/gpu": gpus},
         },
         "ports": [{"containerPort": METRICS_PORT, "name": "metrics"}],
         "volumeMounts": [{"name": "model-cache", "mountPath": POD_HOME}],
@@ -155,7 +157,7 @@ def _worker(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dic
                 "restartPolicy": "Never",
                 "nodeSelector": {"karpenter.sh/nodepool": cluster.gpu_node_pool},
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                "affinity": _gpu_affinity(cluster.hosting_instance_types),
+                "affinity": _gpu_affinity(cluster.hosting_instance_types(settings.engine.tensor_parallel_size)),
                 "containers": [container],
                 "volumes": [{"name": "model-cache", "emptyDir": {}}],
             },

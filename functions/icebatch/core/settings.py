@@ -221,12 +221,12 @@ class ClusterSettings(Section):
     def worker_requests(self) -> Resources:
         return Resources(cpu_milli=parse_cpu(self.worker_cpu), memory_mib=parse_memory(self.worker_memory))
 
-    @property
-    def hosting_instance_types(self) -> list[str]:
-        """The allowed instance types a worker fits (types unknown to ``icebatch.core.instances`` are kept)."""
+    def hosting_instance_types(self, gpus: int = 1) -> list[str]:
+        """The allowed instance types a worker with ``gpus`` fits (types unknown to ``icebatch.core.instances``
+        are kept)."""
         requests = self.worker_requests
         return [
-            t for t in self.gpu_instance_types if t not in INSTANCE_TYPES or can_host(INSTANCE_TYPES[t], requests, 1)
+            t for t in self.gpu_instance_types if t not in INSTANCE_TYPES or can_host(INSTANCE_TYPES[t], requests, gpus)
         ]
 
 
@@ -238,11 +238,12 @@ class EngineSettings(Section):
         description="Default model of the consumers: a local path, a Hugging Face id or an `s3://` prefix. "
         "Default: the tiny local model under ICEBATCH_HOME, built on first use.",
     )
-    model_load_format: Literal["download", "runai_streamer"] = Field(
+    model_load_format: Literal["download", "runai_streamer", "dummy"] = Field(
         default="download",
         description="How an `s3://` model reaches the engine: `download` (to the node's disk, by Ray Data LLM, "
         "before the engine starts) or `runai_streamer` (streamed into GPU memory; needs `runai-model-streamer[s3]`, "
-        "which the job image installs).",
+        "which the job image installs). `dummy`: random weights of the model's architecture, from its config.json "
+        "alone (benchmarks only: `make bench-gpu`).",
     )
     engine_mode: Literal["engine", "endpoint"] = Field(
         default="engine",
@@ -265,13 +266,29 @@ class EngineSettings(Section):
     kv_cache_gib: float = Field(default=1.0, gt=0, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE).")
     enable_prefix_caching: bool = Field(default=True, description="vLLM prefix caching (shared system prompt).")
     enable_chunked_prefill: bool = Field(default=True, description="vLLM chunked prefill.")
-    max_num_batched_tokens: int | None = Field(default=None, description="vLLM max_num_batched_tokens.")
-    max_num_seqs: int | None = Field(default=None, description="vLLM max_num_seqs (default: vLLM's).")
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="vLLM max_num_batched_tokens (default: vLLM's offline defaults, as `vllm.LLM` gets them: 4096 "
+        "per replica on CPU, 8192 on a GPU, 16384 on H100/H200/B200).",
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="vLLM max_num_seqs (default: vLLM's offline default: 256 per replica)."
+    )
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description="GPUs per engine replica: vLLM tensor parallelism across the GPUs of one worker (each RayJob "
+        "worker asks for this many `nvidia.com/gpu`, on an instance type that has them).",
+    )
     enforce_eager: bool | None = Field(
         default=None, description="Skip graph compilation (default: on for CPU, off for GPU)."
     )
     batch_size: int = Field(default=64, ge=1, description="Rows per batch sent to an engine replica.")
-    concurrency: int = Field(default=1, ge=1, description="Engine replicas (one GPU each).")
+    concurrency: int = Field(
+        default=1, ge=1, description="Engine replicas (one GPU worker each; see ICEBATCH_TENSOR_PARALLEL_SIZE)."
+    )
     structured_output: bool = Field(default=True, description="Constrain output to the task's JSON schema.")
     max_inference_error_rate: float = Field(
         default=0.2,
@@ -460,10 +477,11 @@ class Settings(BaseModel):
         return self.home / "models" / "tiny-llama"
 
     def billing(self) -> BillingRate:
-        """The rate reports bill per GPU worker-hour, and the instance type it assumes."""
-        c = self.cluster
+        """The rate reports bill per GPU worker-hour (a worker holds ``tensor_parallel_size`` GPUs), and the
+        instance type it assumes."""
+        c, gpus = self.cluster, self.engine.tensor_parallel_size
         try:
-            return billing_rate(list(c.gpu_instance_types), c.worker_requests, 1, self.cost.gpu_hourly_rate)
+            return billing_rate(list(c.gpu_instance_types), c.worker_requests, gpus, self.cost.gpu_hourly_rate)
         except ValueError as e:
             raise ValueError(
                 f"{e}: lower ICEBATCH_WORKER_MEMORY/ICEBATCH_WORKER_CPU, allow bigger ICEBATCH_GPU_INSTANCE_TYPES, "
