@@ -105,20 +105,26 @@ def _side(wall: float, started: float, rows: int, tokens: int, first: float, las
     }
 
 
+def warm_start(prefix: str) -> tuple[str, Path, Path]:
+    """The model, a fresh root for the run's homes, and the model cache they share, warmed by a small bare
+    run (not timed) so that no side pays for a cold cache the other does not."""
+    from icebatch.core.settings import Settings
+    from icebatch_job.model import resolve_model
+
+    model = resolve_model(Settings.from_env())
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    print("warming the shared model cache (a small bare run, not timed) ...", flush=True)
+    run_bare(_home(root, "warm", 16, model), root / "shared")
+    return model, root, root / "shared"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=1, help="pairs of processes (bare, job), order alternated")
     args = parser.parse_args()
 
-    from icebatch.core.settings import Settings
-    from icebatch_job.model import resolve_model
-
-    model = resolve_model(Settings.from_env())
-    root = Path(tempfile.mkdtemp(prefix="icebatch-bench-e2e-"))
-    cache = root / "shared"
-    print("warming the shared model cache (a small bare run, not timed) ...", flush=True)
-    run_bare(_home(root, "warm", 16, model), cache)
+    model, root, cache = warm_start("icebatch-bench-e2e-")
     runs: list[dict[str, Any]] = []
     for i in range(args.runs):
         order = ["bare", "job"] if i % 2 == 0 else ["job", "bare"]

@@ -14,12 +14,10 @@ workers each replica has its own GPU.
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from bench.common import table, write
-from bench.pipeline_vs_bare import _home, run_bare, run_job
+from bench.pipeline_vs_bare import _home, run_job, warm_start
 from tests.support.ray_cluster import RayCluster, engine_replicas
 
 
@@ -28,14 +26,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1000)
     args = parser.parse_args()
 
-    from icebatch.core.settings import Settings
-    from icebatch_job.model import resolve_model
-
-    model = resolve_model(Settings.from_env())
-    root = Path(tempfile.mkdtemp(prefix="icebatch-bench-scale-"))
-    cache = root / "shared"
-    print("warming the shared model cache (a small bare run, not timed) ...", flush=True)
-    run_bare(_home(root, "warm", 16, model), cache)
+    model, root, cache = warm_start("icebatch-bench-scale-")
     samples: dict[int, dict[str, Any]] = {}
     for replicas in (1, 2):
         cluster = RayCluster.start(root / f"ray-{replicas}", head_cpus=0, worker_cpus=(4,))

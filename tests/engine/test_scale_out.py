@@ -7,6 +7,7 @@ entrypoint does, with ``ICEBATCH_CONCURRENCY=2``.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -43,15 +44,20 @@ def test_two_replicas_on_a_two_node_cluster_share_the_rows_each_once_in_one_comm
     )
     consumer = consumer_named(load_consumers(settings), "triage")
     cluster = RayCluster.start(tmp_path / "ray", head_cpus=0, worker_cpus=(4,))
+    code = -1
     try:
         # when the job runs as a RayJob's entrypoint: attached to the cluster, not starting its own Ray
         job = start_job(settings, consumer, extra_env={"RAY_ADDRESS": cluster.address})
-        code = job.wait(timeout=900)
+        try:
+            code = job.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            job.kill_tree()
+            raise
         nodes = cluster.node_ids()
         replicas = engine_replicas(cluster.session_logs)
     finally:
-        cluster.stop()
-    assert code == 0, job.output()[-3000:]
+        cluster.stop(keep_logs=code != 0)  # keep Ray's logs of a failed run
+    assert code == 0, (cluster.session_logs, job.output()[-3000:])
     result = job.result()
     # then both replicas were started and got work, on the worker node (the head has no CPUs)
     assert len(replicas) == 2, replicas

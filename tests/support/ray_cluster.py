@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -111,8 +112,9 @@ class RayCluster:
     def session_logs(self) -> Path:
         return self.temp_dir / "session_latest" / "logs"
 
-    def stop(self) -> None:
-        """Workers first, then the head: each node's whole process group (raylet, workers, engines)."""
+    def stop(self, *, keep_logs: bool = False) -> None:
+        """Workers first, then the head: each node's whole process group (raylet, workers, engines); then
+        the cluster's temp dir, unless ``keep_logs``."""
         for proc in reversed(self.nodes):
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:
@@ -125,6 +127,8 @@ class RayCluster:
                 except subprocess.TimeoutExpired:
                     continue
         self.nodes.clear()
+        if not keep_logs:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def engine_replicas(logs: Path) -> dict[int, dict[str, object]]:
