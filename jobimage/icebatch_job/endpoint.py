@@ -33,10 +33,11 @@ from icebatch_job.columns import (
     TIME_TAKEN_LLM,
     TRUNCATED,
 )
-from icebatch_job.parse import ParseStage
 
 if TYPE_CHECKING:
     import ray.data
+
+    from icebatch_job.window import RowWindow
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 CHARS_PER_TOKEN_FLOOR = 2  # conservative when no tokenizer is at hand (CJK text is ~1-2 chars/token)
@@ -81,10 +82,14 @@ def truncate_by_chars(task: TaskSpec, row: dict[str, Any], max_model_len: int) -
 
 
 class EndpointStage:
-    """Ray Data UDF: rows -> engine-shaped outputs from an OpenAI-compatible endpoint."""
+    """Ray Data UDF: rows -> engine-shaped outputs from an OpenAI-compatible endpoint.
 
-    def __init__(self, task: TaskSpec, settings: Settings) -> None:
+    With a ``window``, it first takes a permit per row (``icebatch_job.window``).
+    """
+
+    def __init__(self, task: TaskSpec, settings: Settings, window: RowWindow | None = None) -> None:
         self.task = task
+        self.window = window
         self.url = (settings.engine.endpoint_url or "").rstrip("/") + "/chat/completions"
         self.model = settings.engine.endpoint_model or "default"
         self.structured = settings.engine.structured_output
@@ -95,6 +100,8 @@ class EndpointStage:
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         n = len(batch[self.task.id_column])
+        if self.window is not None:
+            self.window.acquire(n)
         rows = [{c: _py(batch[c][i]) for c in (self.task.id_column, *self.task.input_columns)} for i in range(n)]
         results = asyncio.run(self._all(rows))
         out: dict[str, list[Any]] = {
@@ -183,26 +190,15 @@ def endpoint_batch_size(settings: Settings) -> int:
 
 
 def build_endpoint_pipeline(
-    source: ray.data.Dataset, task: TaskSpec, settings: Settings, *, run_id: str
+    source: ray.data.Dataset, task: TaskSpec, settings: Settings, *, window: RowWindow | None
 ) -> ray.data.Dataset:
+    """source rows -> engine-shaped outputs from the endpoint (one stage; the driver parses them)."""
     import ray.data
 
-    answered = source.map_batches(
+    return source.map_batches(
         EndpointStage,
-        fn_constructor_kwargs={"task": task, "settings": settings},
+        fn_constructor_kwargs={"task": task, "settings": settings, "window": window},
         batch_size=endpoint_batch_size(settings),
-        compute=ray.data.ActorPoolStrategy(size=1),
-        num_cpus=SMALL_CPU,
-    )
-    return answered.map_batches(
-        ParseStage,
-        fn_constructor_kwargs={
-            "task": task,
-            "run_id": run_id,
-            "model": settings.engine.endpoint_model or "endpoint",
-        },
-        batch_format="pyarrow",
-        batch_size=settings.engine.batch_size,
         compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=SMALL_CPU,
     )

@@ -283,7 +283,7 @@ def _build(run: JobRun, every: int) -> BuiltPipeline:
     from icebatch_job.pipeline import build_pipeline
     from icebatch_job.runtime import detect_device
     from icebatch_job.source import Failpoint, plan_range, read_dataset
-    from icebatch_job.window import RowWindow, gate
+    from icebatch_job.window import RowWindow, blocks_of
 
     s, task, p, engine = run.settings, run.consumer.task, run.plan, run.settings.engine
     assert p is not None
@@ -302,8 +302,8 @@ def _build(run: JobRun, every: int) -> BuiltPipeline:
         release=window.release,
     )  # fmt: skip
     source = read_dataset(planned, progress.done, fp=Failpoint(s.progress.failpoint, s.home))
-    source = gate(source, window, engine.batch_size)
-    return build_pipeline(source, task, s, run_id=p.run_id, model=run.model, device=run.device)
+    source = blocks_of(source, engine.batch_size)
+    return build_pipeline(source, task, s, window=window, run_id=p.run_id, model=run.model, device=run.device)
 
 
 def stream(run: JobRun, built: BuiltPipeline) -> None:
@@ -322,7 +322,7 @@ def stream(run: JobRun, built: BuiltPipeline) -> None:
     run.timing.started, run.timing.started_at = time.monotonic(), time.time()
     try:
         for item in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-            batch = cast("pa.Table", item)
+            batch = built.parse(cast("pa.Table", item))
             if not run.timing.first_result_seconds:
                 run.timing.first_result_seconds = time.monotonic() - run.timing.started
                 run.timing.startup_seconds = max(0.0, run.timing.first_result_seconds - batch_engine_seconds(batch))

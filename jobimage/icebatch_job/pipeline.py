@@ -6,8 +6,9 @@ Two interchangeable middles, chosen by ``ICEBATCH_ENGINE_MODE``:
   the job's Ray actors; GPU when the cluster has one, vLLM's CPU build otherwise.
 - ``endpoint``: the same rows are sent to an existing OpenAI-compatible server (``icebatch_job.endpoint``).
 
-Either way the last stage turns each engine output into exactly one result row with an explicit status
-(``icebatch_job.results.result_row``); nothing is dropped.
+Either way the first stage takes the row window's permits (``icebatch_job.window``) and the driver turns
+each engine output into exactly one result row with an explicit status (``icebatch_job.parse``); nothing
+is dropped.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from icebatch.core.settings import Settings
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.columns import SMALL_CPU
-from icebatch_job.parse import ParseStage
+from icebatch_job.parse import ResultParser
 from icebatch_job.prompts import PromptStage
 
 if TYPE_CHECKING:
     import ray.data
+
+    from icebatch_job.window import RowWindow
 
 log = logging.getLogger(__name__)
 
@@ -140,15 +143,24 @@ def build_engine_pipeline(
     task: TaskSpec,
     cfg: EngineConfig,
     *,
-    run_id: str,
+    window: RowWindow | None,
     model_path: str,
     max_model_len: int,
     structured_output: bool,
-) -> ray.data.Dataset:
-    """source rows -> result rows through vLLM in this Ray cluster."""
+) -> tuple[ray.data.Dataset, str]:
+    """source rows -> engine outputs through vLLM in this Ray cluster, and the column the outputs are in.
+
+    Two Ray Data stages: ours (permits, prompts) and Ray Data LLM's vLLM stage. The processor's own
+    preprocess and postprocess maps (each a Ray task per batch, wrapping rows into and out of its data
+    column) are left out: the prompt stage wraps its rows itself, and the driver reads the data column.
+    """
     import ray.data
     from ray.data.llm import build_processor
 
+    from icebatch_job.runtime import without_usage_telemetry
+
+    with without_usage_telemetry():
+        processor = build_processor(processor_config(cfg))
     prompts = source.map_batches(
         PromptStage,
         fn_constructor_kwargs={
@@ -156,40 +168,33 @@ def build_engine_pipeline(
             "model_path": model_path,
             "max_model_len": max_model_len,
             "structured_output": structured_output,
+            "window": window,
+            "data_column": processor.DATA_COLUMN,
         },
-        batch_size=cfg.batch_size,
+        batch_size=None,  # one block (``blocks_of``: at most one engine batch) per call, one permit request
         compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=SMALL_CPU,
         memory=PROMPT_STAGE_MEMORY,
     )
-    processor = build_processor(
-        processor_config(cfg),
-        preprocess_map_kwargs={"num_cpus": SMALL_CPU},
-        postprocess_map_kwargs={"num_cpus": SMALL_CPU},
-    )
-    outputs = processor(prompts)
-    return outputs.map_batches(
-        ParseStage,
-        fn_constructor_kwargs={"task": task, "run_id": run_id, "model": cfg.model_name},
-        batch_format="pyarrow",
-        batch_size=cfg.batch_size,
-        compute=ray.data.ActorPoolStrategy(size=1),
-        num_cpus=SMALL_CPU,
-    )
+    processor.preprocess = processor.postprocess = None  # Processor.__call__ skips a map that is None
+    return processor(prompts), processor.DATA_COLUMN
 
 
 @dataclass(frozen=True)
 class BuiltPipeline:
+    """Engine outputs (``dataset``) and what turns each batch of them into result rows (``parse``)."""
+
     dataset: ray.data.Dataset
+    parse: ResultParser
     model_name: str
 
 
 def in_flight_rows(settings: Settings) -> int:
     """Rows the pipeline needs between the read and the job to keep the engine busy (``icebatch_job.window``).
 
-    In-job engine: each replica's concurrent batches, plus a batch being filled by each batching stage
-    (prompt, engine, parse). Endpoint: the batch being answered and the one queued behind it, plus the
-    parse stage's batch.
+    In-job engine: each replica's concurrent batches, plus the prompt stage's batch, the one the engine
+    stage is filling and one on its way to the driver. Endpoint: the batch being answered and the one
+    queued behind it, plus one on its way to the driver.
     """
     e = settings.engine
     if e.engine_mode == "endpoint":
@@ -205,23 +210,26 @@ def build_pipeline(
     task: TaskSpec,
     settings: Settings,
     *,
+    window: RowWindow | None,
     run_id: str,
     model: str,
     device: str,
 ) -> BuiltPipeline:
-    """Source rows -> result rows, through the in-job engine or an existing endpoint (a setting)."""
+    """Source rows -> engine outputs, through the in-job engine or an existing endpoint (a setting)."""
     if settings.engine.engine_mode == "endpoint":
         from icebatch_job.endpoint import build_endpoint_pipeline
 
-        return BuiltPipeline(build_endpoint_pipeline(source, task, settings, run_id=run_id), model)
+        name = settings.engine.endpoint_model or "endpoint"
+        dataset = build_endpoint_pipeline(source, task, settings, window=window)
+        return BuiltPipeline(dataset, ResultParser(task, run_id, name), name)
     cfg = engine_config(settings, model, device)
-    dataset = build_engine_pipeline(
+    dataset, data_column = build_engine_pipeline(
         source,
         task,
         cfg,
-        run_id=run_id,
+        window=window,
         model_path=model,
         max_model_len=settings.engine.max_model_len,
         structured_output=settings.engine.structured_output,
     )
-    return BuiltPipeline(dataset, cfg.model_name)
+    return BuiltPipeline(dataset, ResultParser(task, run_id, cfg.model_name, data_column), cfg.model_name)

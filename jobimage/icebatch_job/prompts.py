@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from icebatch.core.task import TaskSpec
 
@@ -27,6 +27,9 @@ from icebatch_job.columns import (
     TOKENIZED_PROMPT,
     TRUNCATED,
 )
+
+if TYPE_CHECKING:
+    from icebatch_job.window import RowWindow
 
 
 @dataclass(frozen=True)
@@ -98,10 +101,38 @@ class PromptBuilder:
         return Prompt(ids[: self.budget], True)
 
 
-class PromptStage:
-    """Ray Data UDF (one tokenizer per worker): adds the columns vLLM's stage reads."""
+def _final_only() -> Any:
+    from vllm.sampling_params import RequestOutputKind
 
-    def __init__(self, task: TaskSpec, model_path: str, max_model_len: int, structured_output: bool) -> None:
+    return RequestOutputKind.FINAL_ONLY
+
+
+class FinalOnly:
+    """vLLM's ``RequestOutputKind.FINAL_ONLY``, named without importing vLLM in the prompt stage: the row
+    carries it pickled, and it is the enum member again once the engine's actor (which has vLLM) unpickles it.
+    """
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (_final_only, ())
+
+
+class PromptStage:
+    """Ray Data UDF (one tokenizer per worker): adds the columns vLLM's stage reads.
+
+    With a ``window``, it first takes a permit per row (``icebatch_job.window``). With a ``data_column``
+    (Ray Data LLM's processor's, ``__data``), each output row is wrapped the way the processor's stages
+    read it, so that the processor needs no preprocess map of its own (a task per batch).
+    """
+
+    def __init__(
+        self,
+        task: TaskSpec,
+        model_path: str,
+        max_model_len: int,
+        structured_output: bool,
+        window: RowWindow | None = None,
+        data_column: str | None = None,
+    ) -> None:
         from transformers import AutoTokenizer
 
         from icebatch_job.model import tokenizer_path
@@ -110,9 +141,15 @@ class PromptStage:
         self.sampling = dict(task.sampling)
         if structured_output:
             self.sampling["structured_outputs"] = {"json": task.output_schema_json}
+        self.window = window
+        self.data_column = data_column
+        if data_column is not None:
+            self.sampling["output_kind"] = FinalOnly()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         n = len(batch[self.builder.task.id_column])
+        if self.window is not None:
+            self.window.acquire(n)
         prompts, truncated, empty = [], [], []
         for i in range(n):
             row = {c: _py(batch[c][i]) for c in self.builder.task.input_columns}
@@ -120,15 +157,18 @@ class PromptStage:
             prompts.append(p.token_ids)
             truncated.append(p.truncated)
             empty.append(self.builder.task.is_empty_input(row))
-        return {
-            SOURCE_FILE: list(batch[SOURCE_FILE]),
-            SOURCE_POS: list(batch[SOURCE_POS]),
+        columns: dict[str, list[Any]] = {
+            SOURCE_FILE: [str(x) for x in batch[SOURCE_FILE]],
+            SOURCE_POS: [int(x) for x in batch[SOURCE_POS]],
             SOURCE_ID: [str(x) for x in batch[self.builder.task.id_column]],
             TRUNCATED: truncated,
             EMPTY_INPUT: empty,
             TOKENIZED_PROMPT: prompts,
             SAMPLING_PARAMS: [self.sampling] * n,
         }
+        if self.data_column is None:
+            return columns
+        return {self.data_column: [{k: v[i] for k, v in columns.items()} for i in range(n)]}
 
 
 def _py(value: Any) -> Any:

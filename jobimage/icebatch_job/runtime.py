@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +87,6 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {
-        "runtime_env": {"env_vars": env},
         # workers' logs stay in Ray's session logs (under ICEBATCH_HOME/ray) unless debugging
         "log_to_driver": settings.top.log_level.upper() == "DEBUG",
         "logging_level": logging.DEBUG if settings.top.log_level.upper() == "DEBUG" else logging.WARNING,
@@ -94,6 +95,7 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     address = os.environ.get("RAY_ADDRESS") or settings.launch.ray_address
     if address:
         kwargs["address"] = address
+        kwargs["runtime_env"] = {"env_vars": env}
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, loopback-only cluster
         kwargs.update(
@@ -101,7 +103,7 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
             _temp_dir=ray_temp_dir(settings),
             include_dashboard=False,
             # Logical CPUs, not cores: the engine's bundle takes one, and Ray Data's budget would leave
-            # nothing for the (mostly waiting) read/prompt/parse stages on a 2-core machine: a silent hang.
+            # nothing for the (mostly waiting) read and prompt stages on a 2-core machine: a silent hang.
             num_cpus=num_cpus or max(4, 2 * (os.cpu_count() or 2)),
             _node_ip_address="127.0.0.1",
         )
@@ -113,6 +115,34 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     ctx.enable_progress_bars = False  # icebatch prints its own progress
     ctx.print_on_execution_start = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+class _NoTelemetry:
+    """Stands in for Ray LLM's ``TelemetryAgent`` when usage stats are off: records nothing."""
+
+    def push_telemetry_report(self, telemetry: object) -> None:
+        log.debug("usage stats off: Ray Data LLM telemetry not recorded")
+
+
+@contextmanager
+def without_usage_telemetry() -> Iterator[None]:
+    """With usage stats off, Ray Data LLM's processor build starts no telemetry actor.
+
+    ``build_processor`` starts a detached ``_TelemetryAgent`` actor and waits for it to answer, to record
+    usage tags, even with ``RAY_USAGE_STATS_ENABLED=0`` (which the job sets): a Ray worker process booted,
+    and a round trip on the driver's path to the first token, for tags that are never sent.
+    """
+    from ray.llm._internal.batch.processor import vllm_engine_proc
+
+    original = getattr(vllm_engine_proc, "get_or_create_telemetry_agent", None)
+    if original is None or os.environ.get("RAY_USAGE_STATS_ENABLED") != "0":
+        yield
+        return
+    vllm_engine_proc.get_or_create_telemetry_agent = _NoTelemetry  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        vllm_engine_proc.get_or_create_telemetry_agent = original
 
 
 def detect_device(settings: Settings) -> str:

@@ -1,13 +1,16 @@
 """The rows a run has at risk: released to the engine and not yet committed, never more than one chunk.
 
 A streaming pipeline runs ahead of its consumer: left alone, Ray Data would read, prompt and infer the
-whole range while the job commits the first chunks, and a kill would throw all of that away. So a gate
-stage right after the read (``gate``) takes a permit per row from a ``RowWindow`` (a Ray actor) before
-it hands rows on, and the job gives permits back as it commits (``ChunkCommitter``): at most
-``ICEBATCH_CHUNK_ROWS`` rows are ever between the gate and the ledger, so a kill redoes at most one
-chunk. The gate sees blocks of one engine batch each (``repartition(target_num_rows_per_block=...)``):
-a Ray Data task hands on its output only when it ends, so a task holding several batches' worth of rows
-would wait for permits that only its own rows, once handed on, can bring back.
+whole range while the job commits the first chunks, and a kill would throw all of that away. So the
+pipeline's first stage after the read (the prompt stage, or the endpoint stage) takes a permit per row
+from a ``RowWindow`` (a Ray actor) before it works on a batch, and the job gives permits back as it
+commits (``ChunkCommitter``): at most ``ICEBATCH_CHUNK_ROWS`` rows are ever between that stage and the
+ledger, so a kill redoes at most one chunk. That stage sees blocks of one engine batch each
+(``blocks_of``): a Ray Data task hands on its output only when it ends, so a call holding several
+batches' worth of rows would wait for permits that only its own rows, once handed on, can bring back.
+(The permits are taken inside that stage rather than in a stage of their own: on a small machine each
+actor is a process that boots Ray and takes CPU from the engine, and each stage boundary moves every
+batch through the object store once more.)
 
 The job commits every ``chunk - in_flight`` rows (``commit_every``; ``chunk_size`` grows the chunk when
 more replicas keep more rows in flight), where ``in_flight`` is what the
@@ -65,31 +68,13 @@ class RowWindow:
         return int(ray.get(self.actor.available.remote()))
 
 
-class _Gate:
-    """Ray Data UDF: hands a batch on once the window has permits for its rows."""
+def blocks_of(dataset: ray.data.Dataset, rows: int) -> ray.data.Dataset:
+    """The dataset in blocks of at most ``rows`` rows: what the pipeline's first stage takes permits for.
 
-    def __init__(self, window: RowWindow) -> None:
-        self.window = window
-
-    def __call__(self, batch: Any) -> Any:
-        self.window.acquire(batch.num_rows)
-        return batch
-
-
-def gate(dataset: ray.data.Dataset, window: RowWindow, rows_per_block: int) -> ray.data.Dataset:
-    """The dataset's rows, no more of them past this stage than the window allows."""
-    import ray.data
-
-    from icebatch_job.columns import SMALL_CPU
-
-    return dataset.repartition(target_num_rows_per_block=rows_per_block).map_batches(
-        _Gate,
-        fn_constructor_kwargs={"window": window},
-        batch_size=None,  # one block (at most ``rows_per_block`` rows) per call and per task
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=1),
-        num_cpus=SMALL_CPU,
-    )
+    An explicit repartition: a read task's own small blocks would be coalesced again by Ray Data's output
+    block shaping, and a call holding a whole read's rows could wait forever for permits (tested).
+    """
+    return dataset.repartition(target_num_rows_per_block=rows)
 
 
 def chunk_size(chunk_rows: int, in_flight: int) -> int:

@@ -35,3 +35,36 @@ def test_building_the_engine_pipeline_never_imports_vllm_in_the_driver() -> None
     # then no vLLM module was loaded while building, and vLLM is importable afterwards
     assert "inside: [] ()" in done.stdout, done.stdout
     assert "after: True" in done.stdout
+
+
+FINAL_ONLY_PROBE = textwrap.dedent(
+    """
+    import pickle, sys
+    from icebatch.core.task import load_task
+    from icebatch_job.prompts import PromptStage
+
+    stage = PromptStage(load_task(), sys.argv[1], 2048, True, data_column="__data")
+    out = stage({"ticket_id": ["t-1"], "subject": ["Charged twice"], "body": ["Refund?"], "customer_tier": ["pro"],
+                 "channel": ["email"], "__icebatch_source_file": ["f.parquet"], "__icebatch_source_pos": [0]})
+    print("prompt stage imported vllm:", "vllm" in sys.modules)
+    row = pickle.loads(pickle.dumps(out["__data"][0]))  # what the engine's actor receives
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+    sampling = dict(row["sampling_params"])
+    sampling.pop("structured_outputs")
+    print("final only:", SamplingParams(**sampling).output_kind is RequestOutputKind.FINAL_ONLY)
+    """
+)
+
+
+def test_the_engine_is_asked_for_final_outputs_only_without_vllm_in_the_prompt_stage(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    # given the prompt stage of an engine run (a process without vLLM); when it builds a row's request and the
+    # row reaches the engine's actor (pickled, as Ray moves it)
+    done = subprocess.run(
+        [sys.executable, "-c", FINAL_ONLY_PROBE, str(tiny_model)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # then the prompt stage never imported vLLM, and the engine builds SamplingParams that return only the final
+    # output (as vllm.LLM does): no per-token output objects and wake-ups in the engine's front end
+    assert "prompt stage imported vllm: False" in done.stdout, done.stdout
+    assert "final only: True" in done.stdout, done.stdout

@@ -1,0 +1,85 @@
+"""The engine pipeline as the job builds it on a small machine: no Ray process or stage it does not need.
+
+On two cores every extra Ray worker process (a Python interpreter importing Ray) and every stage boundary
+(each batch through the object store once more) is CPU taken from the engine (README, "Where the job's
+time goes"). Building the pipeline starts no engine, so these checks take seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from icebatch.core.consumers import consumer_named, load_consumers
+from icebatch.core.settings import Settings
+from icebatch_job.pipeline import build_pipeline
+from icebatch_job.runtime import init_ray, prepare_environment
+from icebatch_job.window import RowWindow, blocks_of
+
+pytestmark = [pytest.mark.engine]
+
+TICKET = {"ticket_id": "t-1", "subject": "Charged twice", "body": "Refund?", "customer_tier": "pro", "channel": "email"}
+
+
+@pytest.fixture(scope="module")
+def job_ray(engine_settings: Settings) -> Iterator[dict[str, str]]:
+    """Ray as the job starts it (a local cluster), started for this module alone."""
+    import ray
+
+    if ray.is_initialized():  # another module's in-process job left its cluster running
+        ray.shutdown()
+    env = prepare_environment(engine_settings, device="cpu")
+    init_ray(engine_settings, env)
+    yield env
+    ray.shutdown()
+
+
+def _built(settings: Settings) -> Any:
+    import ray.data
+
+    task = consumer_named(load_consumers(settings), "triage").task
+    source = blocks_of(ray.data.from_items([TICKET]), settings.engine.batch_size)
+    return build_pipeline(
+        source, task, settings, window=RowWindow(256), run_id="r-1", model=settings.engine.model_source, device="cpu"
+    )
+
+
+def test_the_engine_pipeline_is_one_stage_of_ours_then_the_engine(engine_settings: Settings, job_ray: dict) -> None:
+    # given the job's Ray; when the engine pipeline is built the job's way
+    built = _built(engine_settings)
+    # then after the read's blocks come two stages: ours (permits, prompts) and Ray Data LLM's vLLM stage.
+    # No gate stage of its own, none of the processor's preprocess/postprocess maps (a Ray task per batch
+    # each), no parse stage (the driver parses)
+    stages = re.findall(r"(\w+\[|\w+\(\w*\))", repr(built.dataset))
+    assert stages == ["MapBatches(vLLMEngineStageUDF)", "MapBatches(PromptStage)", "StreamingRepartition["], stages
+    assert built.parse.data_column == "__data"
+
+
+def test_the_build_starts_no_usage_telemetry_actor(engine_settings: Settings, job_ray: dict) -> None:
+    import ray
+    from ray.llm._internal.batch.observability.usage_telemetry.usage import LLM_BATCH_TELEMETRY_ACTOR_NAME
+
+    # given the job's environment, usage stats off; when the engine pipeline is built
+    assert job_ray["RAY_USAGE_STATS_ENABLED"] == "0"
+    _built(engine_settings)
+    # then Ray Data LLM started no (detached) telemetry actor, a worker process booted for tags never sent
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    assert LLM_BATCH_TELEMETRY_ACTOR_NAME not in names, names
+
+
+def test_the_local_clusters_workers_get_the_job_environment_from_the_process(job_ray: dict) -> None:
+    import ray
+
+    # given a local cluster the job started; when a worker reads its environment
+    @ray.remote(num_cpus=0)
+    def environment(keys: list[str]) -> dict[str, str | None]:
+        return {k: os.environ.get(k) for k in keys}
+
+    seen = ray.get(environment.remote(sorted(job_ray)))
+    # then it has the job's (caches under ICEBATCH_HOME, offline, KV cache size), inherited from the driver's
+    # process rather than set through a runtime_env: workers Ray prestarted while it started can serve the job
+    assert seen == job_ray
+    assert not ray.get_runtime_context().runtime_env.get("env_vars")

@@ -1,0 +1,69 @@
+"""The driver turns each engine output into exactly one result row, in either shape the pipeline hands it."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from icebatch.core.task import load_task
+from icebatch_job.columns import (
+    EMPTY_INPUT,
+    GENERATED_TEXT,
+    INFERENCE_ERROR,
+    NUM_GENERATED_TOKENS,
+    NUM_INPUT_TOKENS,
+    SAMPLING_PARAMS,
+    SOURCE_FILE,
+    SOURCE_ID,
+    SOURCE_POS,
+    TIME_TAKEN_LLM,
+    TOKENIZED_PROMPT,
+    TRUNCATED,
+)
+from icebatch_job.parse import ResultParser
+from icebatch_job.results import STATUS_EMPTY, STATUS_ERROR, STATUS_INVALID, STATUS_OK
+
+pytestmark = pytest.mark.unit
+TASK = load_task()
+DATA = "__data"  # Ray Data LLM's processor column (Processor.DATA_COLUMN)
+GOOD = '{"sentiment":"negative","urgency":"high","category":"billing","summary":"Charged twice"}'
+
+
+def _engine_row(i: int, **kw: object) -> dict:
+    """One row as the vLLM stage hands it on: our columns, its outputs, the prompt's token ids."""
+    return {
+        SOURCE_ID: f"t-{i}", SOURCE_FILE: "s3://w/data/f.parquet", SOURCE_POS: i, TRUNCATED: False,
+        EMPTY_INPUT: False, TOKENIZED_PROMPT: [1, 2, 3], SAMPLING_PARAMS: {"max_tokens": 160},
+        GENERATED_TEXT: GOOD, NUM_INPUT_TOKENS: 3, NUM_GENERATED_TOKENS: 20, TIME_TAKEN_LLM: 0.5, **kw,
+    }  # fmt: skip
+
+
+def test_engine_outputs_in_the_processors_data_column_become_one_result_row_each() -> None:
+    # given a batch shaped as Ray Data LLM's vLLM stage emits it: every row inside the processor's data column,
+    # one answer valid, one not JSON, one engine failure (no generated text), one blank ticket
+    rows = [
+        _engine_row(0),
+        _engine_row(1, **{GENERATED_TEXT: '{"sentiment":"neg'}),
+        {k: v for k, v in _engine_row(2, **{INFERENCE_ERROR: "engine died"}).items() if k != GENERATED_TEXT},
+        _engine_row(3, **{EMPTY_INPUT: True}),
+    ]
+    batch = pa.table({DATA: rows})
+    # when the driver parses it
+    out = ResultParser(TASK, "run-1", "tiny", data_column=DATA)(batch).to_pylist()
+    # then each row has exactly one result, in order, with its status and what it came from
+    assert [r["source_id"] for r in out] == ["t-0", "t-1", "t-2", "t-3"]
+    assert [r["status"] for r in out] == [STATUS_OK, STATUS_INVALID, STATUS_ERROR, STATUS_EMPTY]
+    assert out[0]["category"] == "billing" and out[0]["num_generated_tokens"] == 20
+    assert out[1]["raw_output"] == '{"sentiment":"neg' and out[1]["category"] is None
+    assert out[2]["error"] == "engine died"
+    assert all(r["source_file"] == "s3://w/data/f.parquet" and r["run_id"] == "run-1" for r in out)
+    assert [r["source_pos"] for r in out] == [0, 1, 2, 3]
+
+
+def test_flat_endpoint_outputs_parse_the_same_way() -> None:
+    # given the endpoint stage's flat columns (no data column)
+    flat = {k: [v] for k, v in _engine_row(7).items() if k not in (TOKENIZED_PROMPT, SAMPLING_PARAMS)}
+    flat[INFERENCE_ERROR] = [""]
+    # when parsed by the driver of an endpoint run (no data column configured)
+    out = ResultParser(TASK, "run-2", "endpoint")(pa.table(flat)).to_pylist()
+    # then the same result row comes out
+    assert len(out) == 1 and out[0]["status"] == STATUS_OK and out[0]["source_id"] == "t-7"
