@@ -164,7 +164,7 @@ class PromptStage:
             TRUNCATED: truncated,
             EMPTY_INPUT: empty,
             TOKENIZED_PROMPT: prompts,
-            SAMPLING_PARAMS: [self.sampling] * n,
+            SAMPLING_PARAMS: [dict(self.sampling) for _ in range(n)],  # one each: the engine pops from them
         }
         if self.data_column is None:
             return columns

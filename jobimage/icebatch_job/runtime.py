@@ -114,6 +114,10 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False  # icebatch prints its own progress
     ctx.print_on_execution_start = False
+    # Rows for the engine carry vLLM's FINAL_ONLY as a pickled reference (icebatch_job.prompts.FinalOnly),
+    # which Arrow cannot hold: say explicitly that such a column is kept as pickled Python objects (Ray's
+    # default for compatibility, with a warning, might change)
+    ctx.enable_fallback_to_arrow_object_ext_type = True
     logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 

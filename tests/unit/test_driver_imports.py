@@ -44,9 +44,12 @@ FINAL_ONLY_PROBE = textwrap.dedent(
     from icebatch_job.prompts import PromptStage
 
     stage = PromptStage(load_task(), sys.argv[1], 2048, True, data_column="__data")
-    out = stage({"ticket_id": ["t-1"], "subject": ["Charged twice"], "body": ["Refund?"], "customer_tier": ["pro"],
-                 "channel": ["email"], "__icebatch_source_file": ["f.parquet"], "__icebatch_source_pos": [0]})
+    out = stage({"ticket_id": ["t-1", "t-2"], "subject": ["Charged twice", "x"], "body": ["Refund?", "y"],
+                 "customer_tier": ["pro", "free"], "channel": ["email", "chat"],
+                 "__icebatch_source_file": ["f.parquet"] * 2, "__icebatch_source_pos": [0, 1]})
     print("prompt stage imported vllm:", "vllm" in sys.modules)
+    rows = out["__data"]
+    print("own sampling dicts:", rows[0]["sampling_params"] is not rows[1]["sampling_params"])
     row = pickle.loads(pickle.dumps(out["__data"][0]))  # what the engine's actor receives
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -68,3 +71,5 @@ def test_the_engine_is_asked_for_final_outputs_only_without_vllm_in_the_prompt_s
     # output (as vllm.LLM does): no per-token output objects and wake-ups in the engine's front end
     assert "prompt stage imported vllm: False" in done.stdout, done.stdout
     assert "final only: True" in done.stdout, done.stdout
+    # and each row has its own sampling dict (the engine pops keys from it; rows may travel as one pickle)
+    assert "own sampling dicts: True" in done.stdout, done.stdout

@@ -67,3 +67,15 @@ def test_flat_endpoint_outputs_parse_the_same_way() -> None:
     out = ResultParser(TASK, "run-2", "endpoint")(pa.table(flat)).to_pylist()
     # then the same result row comes out
     assert len(out) == 1 and out[0]["status"] == STATUS_OK and out[0]["source_id"] == "t-7"
+
+
+def test_rows_ray_data_kept_as_python_objects_parse_the_same_way() -> None:
+    from ray.data._internal.object_extensions.arrow import ArrowPythonObjectArray
+
+    # given the processor's data column held as pickled Python objects (Ray Data's fallback for values Arrow
+    # cannot hold)
+    batch = pa.table({DATA: ArrowPythonObjectArray.from_objects([_engine_row(0), _engine_row(1)])})
+    # when the driver parses it
+    out = ResultParser(TASK, "run-3", "tiny", data_column=DATA)(batch).to_pylist()
+    # then each row has its result
+    assert [(r["source_id"], r["status"]) for r in out] == [("t-0", STATUS_OK), ("t-1", STATUS_OK)]
