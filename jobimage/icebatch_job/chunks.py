@@ -61,7 +61,9 @@ def load_progress(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec) -> RunPr
         return RunProgress(done, stats, plan.head_snapshot_id)
     results = ledger.results()
     assert results is not None  # chunks were committed to it
-    rows = _committed(results, plan, task)
+    # as the plan saw them (its head): another attempt of the run may have committed since, and this
+    # attempt's first commit then loses the race (a conflict) instead of this count looking inconsistent
+    rows = _committed(results, plan, task, at=plan.head_snapshot_id)
     stats.observe(rows)
     done.add_table(rows)
     if len(done) != plan.resume.rows_committed:
@@ -73,9 +75,10 @@ def load_progress(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec) -> RunPr
     return RunProgress(done, stats, plan.head_snapshot_id, plan.resume.chunks)
 
 
-def _committed(results: Table, plan: RunPlan, task: TaskSpec) -> pa.Table:
+def _committed(results: Table, plan: RunPlan, task: TaskSpec, at: int | None = None) -> pa.Table:
+    """The run's committed rows, as of snapshot ``at`` (else now)."""
     columns = (SOURCE_FILE_COLUMN, SOURCE_POS_COLUMN, *STATS_COLUMNS, *task.label_fields)
-    return committed_rows(results, plan.run_id, plan.task_version, columns)
+    return committed_rows(results, plan.run_id, plan.task_version, columns, at)
 
 
 def run_totals(

@@ -68,12 +68,18 @@ class DoneRows:
         return done
 
 
-def committed_rows(results: Table, run_id: str, task_version: int, columns: tuple[str, ...]) -> pa.Table:
-    """The result rows a run has committed so far (whichever attempts committed them)."""
+def committed_rows(
+    results: Table, run_id: str, task_version: int, columns: tuple[str, ...], snapshot_id: int | None = None
+) -> pa.Table:
+    """The result rows a run has committed (whichever attempts committed them): as of ``snapshot_id`` when
+    given and still in the table's history, else now."""
     from pyiceberg.expressions import And, EqualTo
 
     equal_to: Any = EqualTo  # the pydantic mypy plugin misreads EqualTo's own __init__
+    if snapshot_id is not None and results.snapshot_by_id(snapshot_id) is None:
+        snapshot_id = None
     return results.scan(
         row_filter=And(equal_to("run_id", run_id), equal_to("task_version", task_version)),
         selected_fields=columns,
+        snapshot_id=snapshot_id,
     ).to_arrow()

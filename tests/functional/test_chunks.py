@@ -206,3 +206,23 @@ def test_a_chunk_chain_that_does_not_continue_the_watermark_is_refused(settings:
     # then planning stops with the fix instead of mixing the two runs' rows
     with pytest.raises(WatermarkError, match=r"does not continue the watermark.*icebatch ledger reset"):
         ledger.plan()
+
+
+def test_an_attempt_reads_the_rows_its_plan_saw_while_another_attempt_commits(settings: Settings) -> None:
+    from icebatch_job.chunks import load_progress
+
+    # given a run part way through, planned by one attempt
+    ledger = _ledger(settings, snapshots=4, rows=30)
+    with pytest.raises(Crash):
+        run_once(ledger, chunk_rows=10, transform=dies_after(15))
+    late = ledger.plan()
+    assert late is not None and late.resume is not None and late.resume.rows_committed == 10
+    # when another attempt of the run commits more chunks before this one reads its progress
+    with pytest.raises(Crash):
+        run_once(ledger, plan=ledger.plan(), chunk_rows=10, transform=dies_after(25))
+    pending = ledger.pending()
+    assert pending is not None and pending.rows_committed > 10
+    # then this attempt starts from the rows its plan saw (its first commit will lose the race, a conflict),
+    # not from an error calling the results table changed by something other than icebatch
+    progress = load_progress(ledger, late, triage(settings).task)
+    assert len(progress.done) == 10
