@@ -137,6 +137,7 @@ bench: env
 	$(PY) -m bench.launcher_weight
 	$(PY) -m bench.backlog_scaling
 	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 3
+	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 2 --model small
 	$(PY) -m bench.scale_out --rows 1000
 	$(PY) -m bench.chunk_cost --rows 2000
 	$(PY) -m bench.tokens_per_row

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 from datetime import UTC, datetime
@@ -66,6 +67,21 @@ def gpu() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
+
+
+def random_weight_model(target: Path, config: dict[str, Any]) -> Path:
+    """A model folder for vLLM's ``load_format=dummy`` (random weights): ``config`` as its config.json, and
+    the tiny local model's tokenizer and chat template (the prompt stage renders with them)."""
+    from icebatch.core.settings import Settings
+    from icebatch_job.model import resolve_model
+
+    tiny = Path(resolve_model(Settings.from_env()))
+    target.mkdir(parents=True, exist_ok=True)
+    for path in tiny.iterdir():
+        if path.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            shutil.copy(path, target / path.name)
+    (target / "config.json").write_text(json.dumps(config, indent=2))
+    return target
 
 
 def median(xs: list[float]) -> float:

@@ -33,10 +33,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bench.common import table, write
+from bench.common import random_weight_model, table, write
 
 CONFIG = Path(__file__).parent / "gpu" / "llama-3.1-8b.json"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 L40S_USD_PER_HOUR = 1.861  # g6e.xlarge on-demand, us-east-1 (icebatch.core.instances)
 
 
@@ -67,16 +66,7 @@ def gpu_or_exit() -> list[str]:
 
 def build_model(target: Path) -> Path:
     """config.json from the repo plus the tiny local tokenizer: all vLLM's dummy loader needs."""
-    from icebatch.core.settings import Settings
-    from icebatch_job.model import resolve_model
-
-    tiny = Path(resolve_model(Settings.from_env()))
-    target.mkdir(parents=True, exist_ok=True)
-    shutil.copy(CONFIG, target / "config.json")
-    for name in TOKENIZER_FILES:
-        if (tiny / name).exists():
-            shutil.copy(tiny / name, target / name)
-    return target
+    return random_weight_model(target, json.loads(CONFIG.read_text()))
 
 
 def fixed_length_consumers(folder: Path, output_tokens: int) -> Path:

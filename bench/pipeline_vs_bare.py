@@ -17,7 +17,12 @@ Reported, per run and as medians:
   engine time), and its ratio;
 - **start-up to first token**: from process start (both sides).
 
-    python -m bench.pipeline_vs_bare --rows 2000 [--runs 3]
+``--model small`` runs both sides on a bigger model of the same kind (a random-weight Llama, hidden 512,
+6 layers, ~20 M parameters, vLLM's dummy loader, the tiny tokenizer), which generates several times fewer
+tokens per second: more of what a token costs is the model's compute, less the software around it. Its
+results file is ``pipeline_vs_bare_small``.
+
+    python -m bench.pipeline_vs_bare --rows 2000 [--runs 3] [--model tiny|small]
 """
 
 from __future__ import annotations
@@ -32,9 +37,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import median, table, write
+from bench.common import median, random_weight_model, table, write
 
 PASS_ENV = ("PATH", "PYTHONPATH", "HOME", "HF_HUB_OFFLINE")
+# the tiny model's architecture, grown (vocabulary and tokenizer unchanged): ~20 M parameters against 1.4 M
+SMALL_SHAPE = {
+    "hidden_size": 512,
+    "intermediate_size": 1408,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+}
 
 
 def _home(root: Path, name: str, rows: int, model: str, **overrides: Any) -> Any:
@@ -105,32 +118,45 @@ def _side(wall: float, started: float, rows: int, tokens: int, first: float, las
     }
 
 
-def warm_start(prefix: str) -> tuple[str, Path, Path]:
-    """The model, a fresh root for the run's homes, and the model cache they share, warmed by a small bare
-    run (not timed) so that no side pays for a cold cache the other does not."""
+def small_model(root: Path) -> str:
+    """``--model small``: the tiny model's config grown to ``SMALL_SHAPE``, random weights (dummy loader)."""
     from icebatch.core.settings import Settings
     from icebatch_job.model import resolve_model
 
-    model = resolve_model(Settings.from_env())
+    config = json.loads((Path(resolve_model(Settings.from_env())) / "config.json").read_text())
+    return str(random_weight_model(root / "small-llama", {**config, **SMALL_SHAPE}))
+
+
+def warm_start(prefix: str, size: str = "tiny") -> tuple[str, Path, Path, dict[str, Any]]:
+    """The model, a fresh root for the run's homes, the model cache they share (warmed by a small bare run,
+    not timed, so that no side pays for a cold cache the other does not) and the settings both sides get."""
+    from icebatch.core.settings import Settings
+    from icebatch_job.model import resolve_model
+
     root = Path(tempfile.mkdtemp(prefix=prefix))
+    model = small_model(root) if size == "small" else resolve_model(Settings.from_env())
+    overrides: dict[str, Any] = {"model_load_format": "dummy"} if size == "small" else {}
     print("warming the shared model cache (a small bare run, not timed) ...", flush=True)
-    run_bare(_home(root, "warm", 16, model), root / "shared")
-    return model, root, root / "shared"
+    run_bare(_home(root, "warm", 16, model, **overrides), root / "shared")
+    return model, root, root / "shared", overrides
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=1, help="pairs of processes (bare, job), order alternated")
+    parser.add_argument(
+        "--model", choices=("tiny", "small"), default="tiny", help="tiny (1.4 M parameters) or small (~20 M, random)"
+    )
     args = parser.parse_args()
 
-    model, root, cache = warm_start("icebatch-bench-e2e-")
+    model, root, cache, overrides = warm_start("icebatch-bench-e2e-", args.model)
     runs: list[dict[str, Any]] = []
     for i in range(args.runs):
         order = ["bare", "job"] if i % 2 == 0 else ["job", "bare"]
         sample: dict[str, Any] = {}
         for side in order:
-            settings = _home(root, f"{side}-{i}", args.rows, model)
+            settings = _home(root, f"{side}-{i}", args.rows, model, **overrides)
             print(f"[run {i + 1}/{args.runs}] {side}: {args.rows} rows ...", flush=True)
             sample[side] = (run_bare if side == "bare" else run_job)(settings, cache)
             print(f"    {sample[side]['wall_s']:.1f} s", flush=True)
@@ -144,6 +170,7 @@ def main() -> None:
     gen_ratio = med("job", "generation_tok_per_s") / med("bare", "generation_tok_per_s")
     result = {
         "rows": args.rows,
+        "model": args.model,
         "runs": runs,
         "end_to_end_ratio": ratio,
         "end_to_end_ratio_spread": [round(min(r["ratio"] for r in runs), 3), round(max(r["ratio"] for r in runs), 3)],
@@ -151,7 +178,7 @@ def main() -> None:
         "generation_ratio": gen_ratio,
         "goals": {"end_to_end_ratio": ">= 0.95"},
     }
-    path = write("pipeline_vs_bare", result)
+    path = write("pipeline_vs_bare" if args.model == "tiny" else "pipeline_vs_bare_small", result)
     spread = result["end_to_end_ratio_spread"]
     print(
         table(

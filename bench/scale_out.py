@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1000)
     args = parser.parse_args()
 
-    model, root, cache = warm_start("icebatch-bench-scale-")
+    model, root, cache, _ = warm_start("icebatch-bench-scale-")
     samples: dict[int, dict[str, Any]] = {}
     for replicas in (1, 2):
         cluster = RayCluster.start(root / f"ray-{replicas}", head_cpus=0, worker_cpus=(4,))

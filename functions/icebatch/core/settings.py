@@ -243,7 +243,7 @@ class EngineSettings(Section):
         description="How an `s3://` model reaches the engine: `download` (to the node's disk, by Ray Data LLM, "
         "before the engine starts) or `runai_streamer` (streamed into GPU memory; needs `runai-model-streamer[s3]`, "
         "which the job image installs). `dummy`: random weights of the model's architecture, from its config.json "
-        "alone (benchmarks only: `make bench-gpu`).",
+        "alone (benchmarks only: `make bench-gpu`, `bench.pipeline_vs_bare --model small`).",
     )
     engine_mode: Literal["engine", "endpoint"] = Field(
         default="engine",
