@@ -20,6 +20,8 @@ from icebatch.core.ledger import Key, ResultsLedger
 from icebatch.core.ledger import open_ledger as open_consumer_ledger
 from icebatch.core.settings import Settings
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate, generate_tickets
+from pyiceberg.expressions import EqualTo
+from pyiceberg.table import Table
 
 from tests.support.consumers import triage
 from tests.support.runs import ledger_ids, run_once, source_ids
@@ -401,6 +403,65 @@ def test_rolled_back_history_is_a_clear_error(settings: Settings) -> None:
     # the documented fix works
     ledger.reset(first, reason="source rolled back")
     assert ledger.backlog().rows == 0
+
+
+def _expire_all_but_current(table: Table) -> None:
+    current = table.metadata.current_snapshot_id
+    table.maintenance.expire_snapshots().by_ids(
+        [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id != current]
+    ).commit()
+
+
+def test_results_history_expired_to_the_last_watermark_is_fine(settings: Settings) -> None:
+    # given two runs, then the results table's history expired down to its current snapshot (the watermark)
+    ledger = _ledger(settings)
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    _append(ledger, 5, seed=2)
+    run_once(ledger)
+    results = ledger.results()
+    assert results is not None
+    _expire_all_but_current(results)
+    # when more tickets land, then only they are new, and one more run keeps every ticket exactly once
+    _append(ledger, 3, seed=3)
+    assert ledger.backlog().rows == 3
+    run_once(ledger)
+    _assert_exactly_once(ledger)
+
+
+def test_results_history_expired_past_the_watermark_is_a_clear_error(settings: Settings) -> None:
+    # given a run, then another writer's commit on the results table (an operator deleting a row), then
+    # the results table's history expired down to that commit: no icebatch progress is left in it
+    ledger = _ledger(settings)
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    done = ledger.watermark().source_snapshot_id
+    results = ledger.results()
+    assert results is not None
+    results.delete(EqualTo("source_id", results.scan(limit=1).to_arrow()["source_id"][0].as_py()))
+    _expire_all_but_current(ledger.results())
+    # then the launcher's reading refuses to treat every ticket as new (a run would process them all again)
+    with pytest.raises(WatermarkError, match="icebatch ledger reset"):
+        ledger.backlog()
+    # and the documented fix works: the operator says where the results end
+    ledger.reset(done, reason="results table history expired")
+    assert ledger.backlog().rows == 0
+
+
+def test_an_expired_history_without_this_versions_results_is_a_fresh_start(settings: Settings) -> None:
+    # given results of task version 1 whose history was expired past its watermark
+    ledger = _ledger(settings)
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    results = ledger.results()
+    assert results is not None
+    results.delete(EqualTo("source_id", results.scan(limit=1).to_arrow()["source_id"][0].as_py()))
+    _expire_all_but_current(ledger.results())
+    # when the task's version 2 (a backfill) reads its progress, then nothing of it was done: all is new
+    task_v2 = ledger.consumer.task.model_copy(update={"version": 2})
+    v2 = ResultsLedger(ledger.catalog, ledger.consumer.model_copy(update={"task": task_v2}))
+    assert v2.watermark().source_snapshot_id is None
+    assert v2.backlog().rows == 4
 
 
 # --------------------------------------------------------------------------------------------------

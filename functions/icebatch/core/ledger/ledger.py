@@ -29,6 +29,7 @@ from icebatch.core.errors import (
     IcebatchError,
     TableNotFoundError,
     WatermarkConflictError,
+    WatermarkError,
 )
 from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger.backlog import Backlog, compute_backlog, pin_range_end
@@ -150,8 +151,25 @@ class ResultsLedger:
         return self.catalog.load_table(self.results_table)
 
     def progress(self) -> Progress:
+        """This task version's progress, from the results table's history (see ``read_progress``).
+
+        Raises ``WatermarkError`` when that history holds no commit of this task version while the table holds
+        its results (icebatch writes both in one commit: the history was expired past the last one, or the
+        rows were copied in): with no record of what is done, a run would process everything again.
+        """
         results = self.results()
-        return read_progress(results.metadata if results else None, self.source_table, self.consumer.task_version)
+        version = self.consumer.task_version
+        progress = read_progress(results.metadata if results else None, self.source_table, version)
+        if results is not None and progress.head_snapshot_id is None and _has_results_of(results, version):
+            raise WatermarkError(
+                f"results table {self.results_table!r} holds results of consumer {self.consumer.name!r} (task "
+                f"version {version}) but its history no longer has the commit that recorded them (snapshots "
+                "expired?): which source rows are done is unknown. When expiring its snapshots, keep the last "
+                "icebatch commit (retain_last, or older_than longer than the time between runs); to resume, "
+                "choose the last source snapshot whose rows all have results: "
+                "`icebatch ledger reset --to-snapshot <id> --reason ...`"
+            )
+        return progress
 
     def watermark(self) -> Watermark:
         return self.progress().watermark
@@ -458,6 +476,15 @@ class ResultsLedger:
                 table.io.delete(f.file_path)
             except OSError as e:
                 log.warning("could not delete discarded data file %s: %s", f.file_path, e)
+
+
+def _has_results_of(results: Table, task_version: int) -> bool:
+    from pyiceberg.expressions import EqualTo
+
+    rows = results.scan(
+        row_filter=EqualTo(term="task_version", value=task_version), selected_fields=("task_version",), limit=1
+    )
+    return rows.to_arrow().num_rows > 0
 
 
 def open_ledger(settings: Settings, consumer: Consumer, *, control_plane: bool = False) -> ResultsLedger:
