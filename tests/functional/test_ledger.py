@@ -412,6 +412,20 @@ def _expire_all_but_current(table: Table) -> None:
     ).commit()
 
 
+def _results_expired_past_the_last_run(ledger: ResultsLedger) -> int:
+    """A run over 4 tickets, then an operator deleting one result row (a commit that is not icebatch's), then
+    the results table's history expired down to that commit. Returns the run's watermark."""
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    done = ledger.watermark().source_snapshot_id
+    assert done is not None
+    results = ledger.results()
+    assert results is not None
+    results.delete(EqualTo("source_id", results.scan(limit=1).to_arrow()["source_id"][0].as_py()))
+    _expire_all_but_current(results)
+    return done
+
+
 def test_results_history_expired_to_the_last_watermark_is_fine(settings: Settings) -> None:
     # given two runs, then the results table's history expired down to its current snapshot (the watermark)
     ledger = _ledger(settings)
@@ -433,13 +447,7 @@ def test_results_history_expired_past_the_watermark_is_a_clear_error(settings: S
     # given a run, then another writer's commit on the results table (an operator deleting a row), then
     # the results table's history expired down to that commit: no icebatch progress is left in it
     ledger = _ledger(settings)
-    _append(ledger, 4, seed=1)
-    run_once(ledger)
-    done = ledger.watermark().source_snapshot_id
-    results = ledger.results()
-    assert results is not None
-    results.delete(EqualTo("source_id", results.scan(limit=1).to_arrow()["source_id"][0].as_py()))
-    _expire_all_but_current(ledger.results())
+    done = _results_expired_past_the_last_run(ledger)
     # then the launcher's reading refuses to treat every ticket as new (a run would process them all again)
     with pytest.raises(WatermarkError, match="icebatch ledger reset"):
         ledger.backlog()
@@ -451,12 +459,7 @@ def test_results_history_expired_past_the_watermark_is_a_clear_error(settings: S
 def test_an_expired_history_without_this_versions_results_is_a_fresh_start(settings: Settings) -> None:
     # given results of task version 1 whose history was expired past its watermark
     ledger = _ledger(settings)
-    _append(ledger, 4, seed=1)
-    run_once(ledger)
-    results = ledger.results()
-    assert results is not None
-    results.delete(EqualTo("source_id", results.scan(limit=1).to_arrow()["source_id"][0].as_py()))
-    _expire_all_but_current(ledger.results())
+    _results_expired_past_the_last_run(ledger)
     # when the task's version 2 (a backfill) reads its progress, then nothing of it was done: all is new
     task_v2 = ledger.consumer.task.model_copy(update={"version": 2})
     v2 = ResultsLedger(ledger.catalog, ledger.consumer.model_copy(update={"task": task_v2}))
