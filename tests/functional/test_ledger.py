@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -465,6 +470,68 @@ def test_an_expired_history_without_this_versions_results_is_a_fresh_start(setti
     v2 = ResultsLedger(ledger.catalog, ledger.consumer.model_copy(update={"task": task_v2}))
     assert v2.watermark().source_snapshot_id is None
     assert v2.backlog().rows == 4
+
+
+# the launcher's reading of the same states: control plane, and no pyarrow (the Lambda bundle has none)
+LAUNCHER_READ = """
+import json, sys
+sys.modules["pyarrow"] = None  # as in the Lambda bundle: `import pyarrow` fails
+from icebatch.core.consumers import Consumer
+from icebatch.core.errors import WatermarkError
+from icebatch.core.ledger import open_ledger
+from icebatch.core.settings import Settings
+ledger = open_ledger(Settings.from_env(), Consumer.model_validate_json(sys.argv[1]), control_plane=True)
+try:
+    print(json.dumps({"backlog": ledger.backlog().rows}))
+except WatermarkError as e:
+    print(json.dumps({"error": str(e)}))
+"""
+
+
+def _launcher_reads(settings: Settings, ledger: ResultsLedger, version: int) -> dict[str, Any]:
+    consumer = ledger.consumer.model_copy(update={"task": ledger.consumer.task.model_copy(update={"version": version})})
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER_READ, consumer.model_dump_json()],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **settings.job_environment()},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_the_launcher_reads_a_new_versions_progress_without_pyarrow(any_settings: Settings) -> None:
+    # given results of task version 1, and a results table created by a run of version 2 that then failed
+    ledger = _ledger(any_settings)
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    # when the launcher (metadata only, no pyarrow) reads version 2's progress, then all of it is new
+    assert _launcher_reads(any_settings, ledger, version=2) == {"backlog": 4}
+    # and version 1's is done
+    assert _launcher_reads(any_settings, ledger, version=1) == {"backlog": 0}
+
+
+def test_the_launcher_reads_a_created_but_empty_results_table_without_pyarrow(any_settings: Settings) -> None:
+    # given a results table that a first run created and then failed before its first chunk
+    from icebatch_job.results import results_schema
+
+    ledger = _ledger(any_settings)
+    _append(ledger, 3, seed=1)
+    ledger.ensure_results_table(results_schema(ledger.consumer.task))
+    # when the launcher reads the progress, then every ticket is new
+    assert _launcher_reads(any_settings, ledger, version=1) == {"backlog": 3}
+
+
+def test_the_launcher_refuses_an_expired_results_history_without_pyarrow(any_settings: Settings) -> None:
+    # given results whose history was expired past the last icebatch commit
+    ledger = _ledger(any_settings)
+    _results_expired_past_the_last_run(ledger)
+    # when the launcher reads the progress, then it names the fix rather than seeing every ticket as new
+    answer = _launcher_reads(any_settings, ledger, version=1)
+    assert "icebatch ledger reset" in answer.get("error", ""), answer
+    # and a new task version on the same table is still a fresh start
+    assert _launcher_reads(any_settings, ledger, version=2) == {"backlog": 4}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ PROBE = textwrap.dedent(
         import ray.llm._internal.common.errors as errors
         from ray.llm._internal.batch.processor import vllm_engine_proc  # noqa: F401
         from ray.llm._internal.batch.stages import vLLMEngineStage  # noqa: F401
-        loaded = sorted(m for m in sys.modules if m == "vllm" or m.startswith("vllm."))
+        # a copy: the driver's import thread may still be adding modules (iterating sys.modules itself is racy)
+        loaded = sorted(m for m in sys.modules.copy() if m == "vllm" or m.startswith("vllm."))
         print("inside:", [m for m in loaded if sys.modules[m] is not None], errors.VLLM_FATAL_ERRORS)
     import vllm.version  # importable again once the block ends
     print("after:", "vllm.version" in sys.modules)

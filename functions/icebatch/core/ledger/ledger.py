@@ -479,12 +479,20 @@ class ResultsLedger:
 
 
 def _has_results_of(results: Table, task_version: int) -> bool:
+    """Whether the results table holds rows of ``task_version``: from its metadata, no data file is opened
+    (the launcher reads it, and the Lambda bundle has no pyarrow).
+
+    Scan planning keeps the data files whose column bounds may hold the version. icebatch writes one task
+    version per data file (bounds: that version alone), so a kept file holds its rows; a file rewritten by
+    another writer across versions, or with rows removed by delete files, is taken to hold them too (the
+    caller's error names the fix; a new version, higher than every written one, is never such a file).
+    """
     from pyiceberg.expressions import EqualTo
 
-    rows = results.scan(
-        row_filter=EqualTo(term="task_version", value=task_version), selected_fields=("task_version",), limit=1
-    )
-    return rows.to_arrow().num_rows > 0
+    if results.current_snapshot() is None:
+        return False
+    scan = results.scan(row_filter=EqualTo(term="task_version", value=task_version))
+    return any(task.file.record_count > 0 for task in scan.plan_files())
 
 
 def open_ledger(settings: Settings, consumer: Consumer, *, control_plane: bool = False) -> ResultsLedger:
