@@ -93,8 +93,8 @@ sam-check: $(SAM_VENV)/.installed
 # Tiers: fast (unit, contract, functional), fault (the real job killed at chosen points, behind one small
 # vLLM server), engine + e2e (real vLLM on CPU), aws (the production path on moto, with the engine too),
 # reliability (the tests that race threads, alone and 20 times shuffled). Each runs in its own process: a
-# native crash in one cannot take the others down. Two pairs run side by side: fault beside fast, and
-# reliability beside engine; a background tier's log is printed when its foreground ends. (Three tiers at
+# native crash in one cannot take the others down. Two pairs run side by side: fault beside fast then aws,
+# and reliability beside engine; a background tier's log is printed when its foreground ends. (Three tiers at
 # once on two cores starved Ray's start-up past its timeout.) The tests transform template.yaml with SAM's own translator, from SAM
 # CLI's virtualenv.
 export SAM_PYTHON := $(SAM_VENV)/bin/python
@@ -106,10 +106,13 @@ beside = mkdir -p $(LOGS); echo "== $(2) started in the background (log: $(LOGS)
 	fg=0; $(3) || fg=$$?; rc=0; wait $$bg || rc=$$?; \
 	echo "== $(2) (exit $$rc)"; cat $(LOGS)/$(2).log; [ $$fg -eq 0 ] && [ $$rc -eq 0 ]
 
+# fast, then aws (each in its own process; both run whatever the first gives) fit beside fault, the longest tier
+FAST_THEN_AWS = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
+	$(PY) -m pytest -m aws $(PYTEST_ARGS) || rc=1; exit $$rc )
+
 test: lint sam-check
-	@$(call beside,$(PY) -m pytest -m fault $(PYTEST_ARGS),fault,$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS))
+	@$(call beside,$(PY) -m pytest -m fault $(PYTEST_ARGS),fault,$(FAST_THEN_AWS))
 	@$(call beside,$(MAKE) --no-print-directory reliability,reliability,$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS))
-	$(PY) -m pytest -m aws $(PYTEST_ARGS)
 
 test-fast: env $(SAM_VENV)/.installed
 	$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS)
