@@ -20,7 +20,7 @@ from icebatch.core.settings import Settings
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.consumers import triage
-from tests.support.runs import Crash, dies_after, run_once, source_ids
+from tests.support.runs import Crash, dies_after, expire_all_but_current, run_once, source_ids
 
 pytestmark = pytest.mark.functional
 
@@ -104,6 +104,45 @@ def test_a_crashed_run_is_resumed_and_only_the_rest_is_processed(any_settings: S
     assert ledger.watermark().source_snapshot_id == end
     # and the 7 new rows are the next run's
     assert ledger.backlog().rows == 7 and run_once(ledger) is not None
+    _assert_each_source_row_once(ledger)
+
+
+def test_a_run_whose_first_chunks_were_expired_resumes_exactly_once(any_settings: Settings) -> None:
+    # given a completed run, then a second run over 100 new rows, chunks of 15, killed after 40 rows and
+    # again after 25 more (3 chunks committed by 2 attempts)
+    ledger = _ledger(any_settings)
+    run_once(ledger)
+    first = ledger.watermark().source_snapshot_id
+    for seed in range(10, 15):
+        append_tickets(ledger.source(), generate_tickets(20, random.Random(seed)))
+    end = ledger.source().metadata.current_snapshot_id
+    for rows in (40, 25):
+        with pytest.raises(Crash):
+            run_once(ledger, chunk_rows=15, transform=dies_after(rows))
+    job_seconds = ledger.pending().attempt_seconds  # type: ignore[union-attr]
+    # when the results table's history is expired down to its current snapshot (the third chunk): the
+    # first run's commit, which held the watermark, and the first attempt's chunks are gone (a long backfill's early
+    # commits expire while it still runs); and the source's snapshots up to that watermark expire too
+    results = ledger.results()
+    assert results is not None
+    expire_all_but_current(results)
+    source = ledger.source()
+    processed = [s.snapshot_id for s in source.metadata.snapshots if s.snapshot_id != end][:5]
+    assert processed[-1] == first
+    source.maintenance.expire_snapshots().by_ids(processed).commit()
+    # then the ledger still sees the run part way through, from the first run's watermark, with its chunks
+    # and attempts so far
+    pending = ledger.pending()
+    assert pending is not None and (pending.rows_committed, pending.chunks, pending.attempts) == (45, 3, 2)
+    assert job_seconds - 0.002 <= pending.attempt_seconds < job_seconds + 5  # the newest chunk's total (3 decimals)
+    assert (pending.from_snapshot_exclusive, pending.to_snapshot_inclusive) == (first, end)
+    assert ledger.watermark().source_snapshot_id == first
+    # when the run resumes, then only the rest is processed and every source row has one result
+    run = run_once(ledger, chunk_rows=15)
+    assert run is not None and run.plan.run_id == pending.run_id and run.stats.rows == 100
+    last = _ledger_snapshots(ledger)[-1]
+    assert (last[Key.CHUNK], last[Key.ATTEMPTS]) == (str(3 + 4), "3")
+    assert ledger.watermark().source_snapshot_id == end and ledger.backlog().rows == 0
     _assert_each_source_row_once(ledger)
 
 

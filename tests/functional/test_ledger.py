@@ -26,10 +26,9 @@ from icebatch.core.ledger import open_ledger as open_consumer_ledger
 from icebatch.core.settings import Settings
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate, generate_tickets
 from pyiceberg.expressions import EqualTo
-from pyiceberg.table import Table
 
 from tests.support.consumers import triage
-from tests.support.runs import ledger_ids, run_once, source_ids
+from tests.support.runs import expire_all_but_current, ledger_ids, run_once, source_ids
 
 pytestmark = pytest.mark.functional
 
@@ -410,13 +409,6 @@ def test_rolled_back_history_is_a_clear_error(settings: Settings) -> None:
     assert ledger.backlog().rows == 0
 
 
-def _expire_all_but_current(table: Table) -> None:
-    current = table.metadata.current_snapshot_id
-    table.maintenance.expire_snapshots().by_ids(
-        [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id != current]
-    ).commit()
-
-
 def _results_expired_past_the_last_run(ledger: ResultsLedger) -> int:
     """A run over 4 tickets, then an operator deleting one result row (a commit that is not icebatch's), then
     the results table's history expired down to that commit. Returns the run's watermark."""
@@ -427,7 +419,7 @@ def _results_expired_past_the_last_run(ledger: ResultsLedger) -> int:
     results = ledger.results()
     assert results is not None
     results.delete(EqualTo("source_id", results.scan(limit=1).to_arrow()["source_id"][0].as_py()))
-    _expire_all_but_current(results)
+    expire_all_but_current(results)
     return done
 
 
@@ -440,7 +432,7 @@ def test_results_history_expired_to_the_last_watermark_is_fine(settings: Setting
     run_once(ledger)
     results = ledger.results()
     assert results is not None
-    _expire_all_but_current(results)
+    expire_all_but_current(results)
     # when more tickets land, then only they are new, and one more run keeps every ticket exactly once
     _append(ledger, 3, seed=3)
     assert ledger.backlog().rows == 3

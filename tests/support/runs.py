@@ -19,6 +19,7 @@ from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, load_progr
 from icebatch_job.columns import SOURCE_FILE, SOURCE_POS
 from icebatch_job.results import RunStats, result_row, results_arrow_schema
 from icebatch_job.source import iter_batches, plan_range
+from pyiceberg.table import Table
 
 from tests.support.consumers import triage
 
@@ -112,6 +113,7 @@ def run_once(
         return None
     task = ledger.consumer.task
     start = load_progress(ledger, plan, task)
+    attempt = Attempt((plan.resume.attempts if plan.resume else 0) + 1, secrets.token_hex(4))
     committer = ChunkCommitter(
         ledger,
         plan,
@@ -119,8 +121,8 @@ def run_once(
         start=start,
         range_rows=plan_range(ledger.source(), plan).rows,
         policy=ChunkPolicy(chunk_rows),
-        attempt=Attempt((plan.resume.attempts if plan.resume else 0) + 1, secrets.token_hex(4)),
-        totals=lambda stats, redone: run_totals(plan, stats, redone, attempt_seconds=0.0, model="rules"),
+        attempt=attempt,
+        totals=lambda stats, redone: run_totals(plan, stats, redone, attempt_seconds=attempt.seconds, model="rules"),
     )
     batches = iter_batches(ledger.source(), plan, done=start.done)
     if transform is not None:
@@ -138,3 +140,11 @@ def ledger_ids(ledger: ResultsLedger) -> list[str]:
 
 def source_ids(ledger: ResultsLedger) -> list[str]:
     return ledger.source().scan(selected_fields=("ticket_id",)).to_arrow()["ticket_id"].to_pylist()
+
+
+def expire_all_but_current(table: Table) -> None:
+    """Table maintenance: expire every snapshot but the current one."""
+    current = table.metadata.current_snapshot_id
+    table.maintenance.expire_snapshots().by_ids(
+        [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id != current]
+    ).commit()

@@ -76,6 +76,7 @@ class RunPlan:
     snapshots: int
     scan_from_exclusive: int | None = None  # = from_snapshot_exclusive unless that snapshot was expired
     to_sequence_number: int | None = None
+    from_sequence_number: int | None = None  # of from_snapshot_exclusive (recorded: it may be expired later)
     planned_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     resume: Pending | None = None  # the run is part way through: these chunks are committed already
     head_snapshot_id: int | None = None  # the progress head when planned: what the first commit expects
@@ -238,6 +239,7 @@ class ResultsLedger:
             snapshots=ids.index(end) + 1 if end in ids else len(ids),
             scan_from_exclusive=backlog.scan_from_exclusive,
             to_sequence_number=end_snapshot.sequence_number if end_snapshot else None,
+            from_sequence_number=wm.source_sequence_number,
             head_snapshot_id=progress.head_snapshot_id,
         )
 
@@ -262,6 +264,7 @@ class ResultsLedger:
             snapshots=backlog.snapshots,
             scan_from_exclusive=backlog.scan_from_exclusive,
             to_sequence_number=pending.to_sequence_number,
+            from_sequence_number=progress.watermark.source_sequence_number,
             resume=pending,
             head_snapshot_id=progress.head_snapshot_id,
         )
@@ -307,6 +310,7 @@ class ResultsLedger:
     def _keys(self, plan: RunPlan) -> dict[str, str]:
         return {
             Key.FROM_SNAPSHOT: _snapshot_text(plan.from_snapshot_exclusive),
+            Key.FROM_SEQUENCE: _snapshot_text(plan.from_sequence_number),
             Key.RANGE_END: str(plan.to_snapshot_inclusive),
             Key.RANGE_END_SEQUENCE: _snapshot_text(plan.to_sequence_number),
             Key.RANGE_ROWS: str(plan.expected_rows),

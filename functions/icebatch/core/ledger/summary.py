@@ -31,6 +31,7 @@ class Key:
     WATERMARK = PREFIX + "source-snapshot-id"  # T, inclusive: the new watermark
     SEQUENCE = PREFIX + "source-sequence-number"  # sequence number of T (survives T's expiry)
     FROM_SNAPSHOT = PREFIX + "source-from-snapshot-id"  # W, exclusive ("none" on the first run)
+    FROM_SEQUENCE = PREFIX + "source-from-sequence-number"  # sequence number of W (a chunk outlives W's commit)
     SOURCE_TABLE = PREFIX + "source-table"
     CONSUMER = PREFIX + "consumer"
     TASK = PREFIX + "task"
@@ -304,7 +305,19 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
         seq = parse_snapshot_id(summary.get(Key.SEQUENCE), where=where)
         watermark = Watermark(wm, snap.snapshot_id, summary.get(Key.RUN_ID), snap.timestamp_ms, seq)
         break
+    else:
+        if chunks:  # the history was expired under a run part way through: its chunks say where it started
+            watermark = _started_from(chunks[-1])
     return Progress(watermark, head, _pending(chunks[::-1], watermark) if chunks else None)
+
+
+def _started_from(oldest_chunk: Snapshot) -> Watermark:
+    """The watermark a run's chunk was committed on (each chunk's compare-and-set checked it)."""
+    r = record(oldest_chunk)
+    if r.from_snapshot_exclusive is None:
+        return Watermark(None, None)
+    seq = parse_snapshot_id(r.properties.get(Key.FROM_SEQUENCE), where=f"ledger snapshot {r.ledger_snapshot_id}")
+    return Watermark(r.from_snapshot_exclusive, None, source_sequence_number=seq)
 
 
 def _pending(chunks: list[Snapshot], watermark: Watermark) -> Pending:
@@ -322,6 +335,10 @@ def _pending(chunks: list[Snapshot], watermark: Watermark) -> Pending:
     seconds: dict[str, float] = {}
     for r in records:
         seconds[r.text(Key.ATTEMPT_ID, r.run_id)] = r.number(Key.ATTEMPT_SECONDS)
+    attempts, attempt_seconds = len(seconds), sum(seconds.values())
+    if records[0].number(Key.CHUNK, 1) > 1:  # earlier chunks expired: the newest holds the run's totals so far
+        attempts = max(attempts, int(newest.number(Key.ATTEMPTS, attempts)))
+        attempt_seconds = max(attempt_seconds, newest.number(Key.JOB_SECONDS, attempt_seconds))
     where = f"ledger snapshot {newest.ledger_snapshot_id}"
     return Pending(
         run_id=newest.run_id,
@@ -330,10 +347,10 @@ def _pending(chunks: list[Snapshot], watermark: Watermark) -> Pending:
         to_sequence_number=parse_snapshot_id(newest.properties.get(Key.RANGE_END_SEQUENCE), where=where),
         range_rows=int(newest.number(Key.RANGE_ROWS)),
         rows_committed=int(newest.number(Key.ROWS_COMMITTED)),
-        chunks=len(records),
+        chunks=int(newest.number(Key.CHUNK, len(records))),  # numbered over the run: expired chunks count
         chunk_snapshot_ids=tuple(r.ledger_snapshot_id for r in records),
-        attempts=len(seconds),
-        attempt_seconds=sum(seconds.values()),
+        attempts=attempts,
+        attempt_seconds=attempt_seconds,
         head=newest,
     )
 
