@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from random import Random
@@ -321,6 +322,9 @@ def test_what_a_killed_job_started_is_killed_by_its_watchdog() -> None:
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
     child = psutil.Process(int(proc.stdout.readline()))
+    deadline = time.monotonic() + 30  # the child's own start (its grandchild) may be slow on a loaded machine
+    while not child.children(recursive=True) and time.monotonic() < deadline:
+        time.sleep(0.05)
     family = [child, *child.children(recursive=True)]
     assert len(family) == 2
     # when the process is killed without notice
