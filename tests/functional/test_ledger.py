@@ -494,7 +494,7 @@ def _launcher_reads(settings: Settings, ledger: ResultsLedger, version: int) -> 
 
 
 def test_the_launcher_reads_a_new_versions_progress_without_pyarrow(any_settings: Settings) -> None:
-    # given results of task version 1, and a results table created by a run of version 2 that then failed
+    # given results of task version 1 and no commit of version 2 (the consumer's task was just bumped)
     ledger = _ledger(any_settings)
     _append(ledger, 4, seed=1)
     run_once(ledger)
