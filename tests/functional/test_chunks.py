@@ -6,6 +6,7 @@ The rows are labelled by the rule-based labeller (tests/support/runs.py) through
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from collections import Counter
@@ -17,6 +18,7 @@ from icebatch.core.catalog import open_catalog
 from icebatch.core.errors import WatermarkConflictError, WatermarkError
 from icebatch.core.ledger import Key, ResultsLedger, open_ledger
 from icebatch.core.settings import Settings
+from icebatch.tools.history import completed_from_ledger
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.consumers import triage
@@ -245,6 +247,41 @@ def test_a_chunk_chain_that_does_not_continue_the_watermark_is_refused(settings:
     # then planning stops with the fix instead of mixing the two runs' rows
     with pytest.raises(WatermarkError, match=r"does not continue the watermark.*icebatch ledger reset"):
         ledger.plan()
+
+
+@pytest.mark.parametrize("key", [Key.RANGE_ROWS, Key.ROWS_COMMITTED, Key.CHUNK])
+@pytest.mark.parametrize("value", ["nan", "-5", "1e3", "7.5", "inf"])
+def test_a_chunk_with_a_corrupt_position_is_refused(settings: Settings, key: str, value: str) -> None:
+    # given a run in progress whose newest chunk records where it stands in a form no commit writes
+    ledger = _ledger(settings)
+    with pytest.raises(Crash):
+        run_once(ledger, chunk_rows=10, transform=dies_after(15))
+    table = ledger.results()
+    assert table is not None
+    props = {**_ledger_snapshots(ledger)[-1], key: value}
+    with table.transaction() as txn, txn.update_snapshot(snapshot_properties=props).fast_append():
+        pass
+    # then planning stops naming the snapshot, the key and the fix, instead of resuming from a guess
+    with pytest.raises(WatermarkError, match=rf"ledger snapshot \d+ holds a corrupt {key} '.*'.*icebatch ledger reset"):
+        ledger.plan()
+
+
+def test_a_run_whose_cost_figures_are_unreadable_is_still_reported(settings: Settings) -> None:
+    # given a completed run whose commit records cost figures no commit writes (not finite, negative)
+    ledger = _ledger(settings, snapshots=1)
+    assert run_once(ledger) is not None
+    table = ledger.results()
+    assert table is not None
+    corrupt = {Key.OUTPUT_TOKENS: "inf", Key.ENGINE_SECONDS: "nan", Key.JOB_SECONDS: "-3"}
+    props = {**_ledger_snapshots(ledger)[-1], **corrupt}
+    with table.transaction() as txn, txn.update_snapshot(snapshot_properties=props).fast_append():
+        pass
+    # when its report is rebuilt from the ledger (icebatch report)
+    report = completed_from_ledger(settings, [ledger.consumer])
+    # then the unreadable figures count as missing ones do (0), and the cost stays a real number
+    assert report.run_id == ledger.runs()[0].run_id and report.rows == 20
+    assert (report.tokens.output, report.engine_seconds) == (0, 0)
+    assert math.isfinite(report.cost.lifetime_cost) and report.cost.lifetime_cost >= 0
 
 
 def test_an_attempt_reads_the_rows_its_plan_saw_while_another_attempt_commits(settings: Settings) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -561,17 +562,28 @@ def test_glue_catalog_without_a_reachable_endpoint_is_a_clear_error(settings: Se
         open_ledger(broken).backlog()
 
 
-def test_corrupt_watermark_property_names_the_fix(settings: Settings) -> None:
+# What a commit writes is exactly the digits of an Iceberg long; a sign, spaces, underscores, other scripts'
+# digits or a number past 2^63-1 is corruption (int() would take each of them as some other snapshot id).
+CORRUPT_IDS = ["not-a-snapshot", "-1", "+7", " 42", "1_000", "\u0663", "9" * 40, str(2**63), ""]
+
+
+@pytest.mark.parametrize("value", CORRUPT_IDS)
+def test_corrupt_watermark_property_names_the_fix(settings: Settings, value: str) -> None:
+    # given a processed run, then a commit whose watermark is not a snapshot id
     ledger = _ledger(settings)
     _append(ledger, 3)
     run_once(ledger)
     results = ledger.results()
     assert results is not None
     txn = results.transaction()
-    with txn.update_snapshot(snapshot_properties={Key.WATERMARK: "not-a-snapshot"}).fast_append():
+    with txn.update_snapshot(snapshot_properties={Key.WATERMARK: value, Key.SEQUENCE: "1"}).fast_append():
         pass
     txn.commit_transaction()
-    with pytest.raises(WatermarkError, match=r"corrupt watermark 'not-a-snapshot'.*icebatch ledger reset"):
+    # when the backlog is read, then it stops with the value, the snapshot holding it and the fix
+    with pytest.raises(
+        WatermarkError,
+        match=rf"ledger snapshot \d+ holds a corrupt watermark {re.escape(repr(value[:40]))}.*icebatch ledger reset",
+    ):
         ledger.backlog()
 
 

@@ -8,6 +8,7 @@ committed by older versions).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -157,10 +158,18 @@ class RunRecord:
         return Key.RESET_REASON in self.properties
 
     def number(self, key: str, default: float = 0.0) -> float:
+        """A reported figure (rows, tokens, seconds, a rate); missing or unreadable: the default."""
         try:
-            return float(self.properties.get(key, default))
+            value = float(self.properties.get(key, default))
         except ValueError:
             return default
+        return value if math.isfinite(value) and value >= 0 else default
+
+    def count(self, key: str, default: int) -> int:
+        """A figure the protocol acts on (a chunk's range and position): missing = the default, corrupt = an error."""
+        value = self.properties.get(key)
+        where = f"ledger snapshot {self.ledger_snapshot_id}"
+        return default if value is None else _whole_number(value, where=where, what=key)
 
     def text(self, key: str, default: str = "") -> str:
         return self.properties.get(key) or default
@@ -198,16 +207,24 @@ class RunRecord:
 # ---------------------------------------------------------------------------------------------------
 # Reading the ledger's metadata
 # ---------------------------------------------------------------------------------------------------
+INT64_MAX = 2**63 - 1  # snapshot ids and sequence numbers are Iceberg longs, never negative
+
+
 def parse_snapshot_id(value: str | None, *, where: str) -> int | None:
+    """A snapshot id or sequence number from a summary ("none" = no snapshot yet); anything else is corrupt."""
     if value is None or value == NONE:
         return None
-    try:
+    return _whole_number(value, where=where, what="watermark")
+
+
+def _whole_number(value: str, *, where: str, what: str) -> int:
+    """Exactly the digits a commit writes (no sign, spaces, underscores or non-ASCII digits), 0 to 2^63-1."""
+    if value.isascii() and value.isdigit() and len(value) <= len(str(INT64_MAX)) and int(value) <= INT64_MAX:
         return int(value)
-    except ValueError as e:
-        raise WatermarkError(
-            f"{where} holds a corrupt watermark {value[:40]!r} (expected a snapshot id). Fix: "
-            "`icebatch ledger reset --to-snapshot <id>` records a valid one"
-        ) from e
+    raise WatermarkError(
+        f"{where} holds a corrupt {what} {value[:40]!r} (expected a whole number from 0 to {INT64_MAX}). Fix: "
+        "`icebatch ledger reset --to-snapshot <id>` records a valid watermark"
+    )
 
 
 def task_version_of(summary: Mapping[str, str]) -> int:
@@ -336,7 +353,7 @@ def _pending(chunks: list[Snapshot], watermark: Watermark) -> Pending:
     for r in records:
         seconds[r.text(Key.ATTEMPT_ID, r.run_id)] = r.number(Key.ATTEMPT_SECONDS)
     attempts, attempt_seconds = len(seconds), sum(seconds.values())
-    if records[0].number(Key.CHUNK, 1) > 1:  # earlier chunks expired: the newest holds the run's totals so far
+    if records[0].count(Key.CHUNK, 1) > 1:  # earlier chunks expired: the newest holds the run's totals so far
         attempts = max(attempts, int(newest.number(Key.ATTEMPTS, attempts)))
         attempt_seconds = max(attempt_seconds, newest.number(Key.JOB_SECONDS, attempt_seconds))
     where = f"ledger snapshot {newest.ledger_snapshot_id}"
@@ -345,9 +362,9 @@ def _pending(chunks: list[Snapshot], watermark: Watermark) -> Pending:
         from_snapshot_exclusive=watermark.source_snapshot_id,
         to_snapshot_inclusive=newest.range_end,
         to_sequence_number=parse_snapshot_id(newest.properties.get(Key.RANGE_END_SEQUENCE), where=where),
-        range_rows=int(newest.number(Key.RANGE_ROWS)),
-        rows_committed=int(newest.number(Key.ROWS_COMMITTED)),
-        chunks=int(newest.number(Key.CHUNK, len(records))),  # numbered over the run: expired chunks count
+        range_rows=newest.count(Key.RANGE_ROWS, 0),
+        rows_committed=newest.count(Key.ROWS_COMMITTED, 0),
+        chunks=newest.count(Key.CHUNK, len(records)),  # numbered over the run: expired chunks count
         chunk_snapshot_ids=tuple(r.ledger_snapshot_id for r in records),
         attempts=attempts,
         attempt_seconds=attempt_seconds,
