@@ -48,7 +48,7 @@ def run() -> dict[str, Any]:
     engine_ready_at = time.time()
     structured = StructuredOutputsParams(json=task.output_schema_json) if settings.engine.structured_output else None
     params = SamplingParams(
-        **task.sampling,
+        **task.sampling.params(),
         structured_outputs=structured,
         output_kind=RequestOutputKind.FINAL_ONLY,  # as LLM.generate sets it
     )

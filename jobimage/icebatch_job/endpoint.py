@@ -56,7 +56,7 @@ def defuse_markup(text: str) -> str:
 
 def request_body(task: TaskSpec, row: dict[str, Any], model: str, structured: bool) -> dict[str, Any]:
     row = {k: defuse_markup(v) if isinstance(v, str) else v for k, v in row.items()}
-    body: dict[str, Any] = {"model": model, "messages": task.messages(row), **task.sampling}
+    body: dict[str, Any] = {"model": model, "messages": task.messages(row), **task.sampling.params()}
     if structured:
         body["response_format"] = {
             "type": "json_schema",

@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from icebatch.core.task import TaskSpec
+from icebatch.core.task import MIN_PROMPT_TOKENS, TaskSpec
 
 from icebatch_job.columns import (
     EMPTY_INPUT,
@@ -49,7 +49,7 @@ class PromptBuilder:
         self.task = task
         self.tokenizer = tokenizer
         self.budget = max_model_len - task.max_tokens
-        if self.budget < 32:
+        if self.budget < MIN_PROMPT_TOKENS:
             raise ValueError(
                 f"max_model_len {max_model_len} leaves {self.budget} tokens for the prompt after max_tokens "
                 f"{task.max_tokens}; raise ICEBATCH_MAX_MODEL_LEN"
@@ -138,7 +138,7 @@ class PromptStage:
         from icebatch_job.model import tokenizer_path
 
         self.builder = PromptBuilder(task, AutoTokenizer.from_pretrained(tokenizer_path(model_path)), max_model_len)
-        self.sampling = dict(task.sampling)
+        self.sampling = task.sampling.params()
         if structured_output:
             self.sampling["structured_outputs"] = {"json": task.output_schema_json}
         self.window = window

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,40 @@ def test_naming_a_consumer() -> None:
     with pytest.raises(ConfigError, match=r"no consumer named 'x' .known: triage, privacy"):
         consumer_named(consumers, "x")
     assert isinstance(consumer_named(consumers[:1], None), Consumer)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "Triage Team"}, "name: Value error, 'Triage Team' must start with a letter"),
+        ({"backlog_threshold": "100"}, "backlog_threshold: Input should be a valid integer"),
+        ({"max_gpus": 0}, "max_gpus: Input should be greater than or equal to 1"),
+        ({"max_staleness_seconds": -1}, "max_staleness_seconds: Input should be greater than or equal to 0"),
+        ({"task": {"version": 0}}, "task.version: Input should be greater than or equal to 1"),
+        ({"task": {"sampling": {"max_tokens": 160, "temperature": "0"}}}, "task.sampling.temperature"),
+    ],
+)
+def test_a_hand_written_job_consumer_is_held_to_the_consumers_file_rules(change: dict, message: str) -> None:
+    # given the consumer a launcher hands its job, edited by hand (`icebatch job run` with the variable set)
+    triage = json.loads(load_consumers(Settings())[0].to_json())
+    for key, value in change.items():
+        triage[key] = triage[key] | value if isinstance(value, dict) else value
+    # when the job loads it, then it is one clear error, before anything starts
+    with pytest.raises(ConfigError, match=rf"ICEBATCH_JOB_CONSUMER is not a consumer: {message}"):
+        load_consumers(Settings(job_consumer=json.dumps(triage)))
+
+
+def test_a_task_whose_answers_leave_no_room_for_a_prompt_is_refused_before_a_launch(tmp_path: Path) -> None:
+    # given the triage task (up to 160 output tokens) and a context of 180 tokens
+    s = write(tmp_path, "consumers: [{name: a, task: tasks/triage.json}]").with_overrides(max_model_len=180)
+    # when the launcher (or the job) loads its consumers, then it says what to change
+    with pytest.raises(
+        ConfigError, match=r"consumer 'a'.*max_tokens \(160\) leaves 20 .*ICEBATCH_MAX_MODEL_LEN \(180\)"
+    ):
+        load_consumers(s)
+    # and the same task hands to a job the same way
+    job = s.with_overrides(
+        job_consumer=load_consumers(write(tmp_path, "consumers: [{name: a, task: tasks/triage.json}]"))[0].to_json()
+    )
+    with pytest.raises(ConfigError, match="raise ICEBATCH_MAX_MODEL_LEN or lower max_tokens"):
+        load_consumers(job)

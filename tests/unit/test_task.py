@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from icebatch.core.errors import TaskSpecError
 from icebatch.core.task import DEFAULT_TASK, load_task
+from icebatch_job.endpoint import request_body
 from icebatch_job.results import STATUS_ERROR, STATUS_INVALID, STATUS_OK, result_row, results_schema
 
 pytestmark = pytest.mark.unit
@@ -89,8 +90,37 @@ def test_results_schema_has_system_and_verdict_columns() -> None:
     [
         ({"user_template": "{subject} {priority}"}, "priority"),
         ({"output_schema": {"type": "object", "properties": {"tags": {"type": "array"}}}}, "flat objects"),
-        ({"sampling": {"temperature": 0}}, "max_tokens"),
+        ({"sampling": {"temperature": 0}}, "sampling.max_tokens: Field required"),
         ({"truncate_column": "notes"}, "truncate_column"),
+        # no lenient coercion, and bounds that hold where the values go (events, a 32-bit results column)
+        ({"version": "2"}, "version: Input should be a valid integer"),
+        ({"version": True}, "version: Input should be a valid integer"),
+        ({"version": 2.0}, "version: Input should be a valid integer"),
+        ({"version": 0}, "version: Input should be greater than or equal to 1"),
+        ({"version": 2**31}, "version: Input should be less than or equal to 2147483647"),
+        ({"name": "ticket\ntriage"}, "name: String should match pattern"),
+        ({"name": ""}, "name: String should have at least 1 character"),
+        ({"name": "t" * 64}, "name: String should have at most 63 characters"),
+        ({"id_column": ""}, "id_column: String should have at least 1 character"),
+        ({"input_columns": [], "user_template": "x"}, "input_columns: List should have at least 1 item"),
+        # sampling: what the engine and the server both take, checked when the file loads
+        ({"sampling": {"max_tokens": "160"}}, "sampling.max_tokens: Input should be a valid integer"),
+        ({"sampling": {"max_tokens": 10**9}}, "sampling.max_tokens: Input should be less than or equal to 32768"),
+        ({"sampling": {"max_tokens": 0}}, "sampling.max_tokens: Input should be greater than or equal to 1"),
+        ({"sampling": {"max_tokens": 160, "temperature": "hot"}}, "sampling.temperature: Input should be a valid"),
+        (
+            {"sampling": {"max_tokens": 160, "temperature": float("nan")}},
+            "sampling.temperature: Input should be a finite",
+        ),
+        (
+            {"sampling": {"max_tokens": 160, "temperature": 7}},
+            "sampling.temperature: Input should be less than or equal to 2",
+        ),
+        ({"sampling": {"max_tokens": 160, "top_p": 0}}, "sampling.top_p: Input should be greater than 0"),
+        ({"sampling": {"max_tokens": 160, "n": 4}}, "sampling.n: Extra inputs are not permitted"),
+        ({"sampling": {"max_tokens": 160, "tempreature": 0.2}}, "sampling.tempreature: Extra inputs"),
+        ({"sampling": {"max_tokens": 16, "min_tokens": 32}}, "min_tokens .32. exceeds max_tokens .16."),
+        ({"sampling": {"max_tokens": 16, "stop": ["x"] * 17}}, "sampling.stop: List should have at most 16 items"),
     ],
 )
 def test_invalid_task_files_say_what_is_wrong(tmp_path: Path, patch: dict, message: str) -> None:
@@ -107,3 +137,21 @@ def test_missing_and_malformed_task_files(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(TaskSpecError, match="not JSON"):
         load_task(tmp_path / "bad.json")
+
+
+def test_the_sampling_a_task_sets_is_what_the_engine_and_the_server_get(tmp_path: Path) -> None:
+    # given a task file with sampling parameters (and ones it leaves to the engine's defaults)
+    spec = json.loads(DEFAULT_TASK.read_text()) | {"sampling": {"max_tokens": 64, "temperature": 0, "stop": ["\n\n"]}}
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(spec))
+    # when it loads, then exactly the parameters set reach the engine and the server, unchanged
+    task = load_task(path)
+    assert task.sampling.params() == {"max_tokens": 64, "temperature": 0, "stop": ["\n\n"]}
+    assert (
+        request_body(task, {"subject": "s", "body": "b", "customer_tier": "t", "channel": "c"}, "m", False)[
+            "max_tokens"
+        ]
+        == 64
+    )
+    # and the task survives the trip to the job (ICEBATCH_JOB_CONSUMER) as it was
+    assert type(task).model_validate_json(task.model_dump_json()) == task

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from icebatch.core import untrusted
 from icebatch.core.errors import ConfigError, TaskSpecError
 from icebatch.core.settings import Settings, table_identifier
-from icebatch.core.task import TaskSpec, load_task
+from icebatch.core.task import MIN_PROMPT_TOKENS, TaskSpec, load_task
 
 CONSUMER_NAME = re.compile(untrusted.CONSUMER_NAME)
 DEFAULT_CONSUMERS_FILE = Path(__file__).resolve().parents[2] / "consumers" / "consumers.yaml"
@@ -42,6 +42,21 @@ class Budget(BaseModel):
     )
 
 
+Threshold = Annotated[int, Field(ge=1, le=10**12)]
+Staleness = Annotated[int, Field(ge=0, le=366 * 86400)]
+Gpus = Annotated[int, Field(ge=1, le=64)]
+ModelName = Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+def _consumer_name(value: str) -> str:
+    if not CONSUMER_NAME.match(value):
+        raise ValueError(
+            f"{value[:40]!r} must start with a letter and use lower case, digits and '-' (at most 20): it "
+            "becomes part of Kubernetes names and table names"
+        )
+    return value
+
+
 class _Entry(BaseModel):
     """One consumer as written in the consumers file."""
 
@@ -50,36 +65,37 @@ class _Entry(BaseModel):
     task: str = Field(description="Task spec file, relative to the consumers file.")
     source_table: str | None = None
     results_table: str | None = None
-    backlog_threshold: int = Field(default=100, ge=1)
-    max_staleness_seconds: int = Field(default=6 * 3600, ge=0)
-    max_gpus: int = Field(default=4, ge=1, le=64)
-    model: str | None = Field(default=None, max_length=1024)
+    backlog_threshold: Threshold = 100
+    max_staleness_seconds: Staleness = 6 * 3600
+    max_gpus: Gpus = 4
+    model: ModelName | None = None
     budget: Budget | None = None
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not CONSUMER_NAME.match(value):
-            raise ValueError(
-                f"{value[:40]!r} must start with a letter and use lower case, digits and '-' (at most 20): it "
-                "becomes part of Kubernetes names and table names"
-            )
-        return value
+        return _consumer_name(value)
 
 
 class Consumer(BaseModel):
     """A consumer, resolved: its task loaded, its tables named."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict and bounded as the consumers file is: the job reads it from ICEBATCH_JOB_CONSUMER
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     name: str
     task: TaskSpec
     source_table: str
     results_table: str
-    backlog_threshold: int = 100
-    max_staleness_seconds: int = 6 * 3600
-    max_gpus: int = 4
-    model: str | None = None
+    backlog_threshold: Threshold = 100
+    max_staleness_seconds: Staleness = 6 * 3600
+    max_gpus: Gpus = 4
+    model: ModelName | None = None
     budget: Budget | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _consumer_name(value)
 
     @field_validator("source_table", "results_table")
     @classmethod
@@ -113,10 +129,25 @@ def load_consumers(settings: Settings) -> list[Consumer]:
     """The deployment's consumers (or, inside a job, the one consumer the launcher handed it)."""
     if settings.top.job_consumer:
         try:
-            return [Consumer.model_validate_json(settings.top.job_consumer)]
+            consumers = [Consumer.model_validate_json(settings.top.job_consumer)]
         except ValidationError as e:
             raise ConfigError(f"ICEBATCH_JOB_CONSUMER is not a consumer: {_first(e)}") from e
-    return read_consumers_file(settings.launch.consumers_file or DEFAULT_CONSUMERS_FILE, settings)
+    else:
+        consumers = read_consumers_file(settings.launch.consumers_file or DEFAULT_CONSUMERS_FILE, settings)
+    for consumer in consumers:
+        _check_fits(consumer, settings)
+    return consumers
+
+
+def _check_fits(consumer: Consumer, settings: Settings) -> None:
+    """A prompt must fit beside a whole answer: refused here, not on a GPU node the job started."""
+    room = settings.engine.max_model_len - consumer.task.max_tokens
+    if room < MIN_PROMPT_TOKENS:
+        raise ConfigError(
+            f"consumer {consumer.name!r}: its task's sampling.max_tokens ({consumer.task.max_tokens}) leaves {room} "
+            f"of ICEBATCH_MAX_MODEL_LEN ({settings.engine.max_model_len}) tokens for the prompt, less than "
+            f"{MIN_PROMPT_TOKENS}. Fix: raise ICEBATCH_MAX_MODEL_LEN or lower max_tokens"
+        )
 
 
 def read_consumers_file(path: Path, settings: Settings) -> list[Consumer]:

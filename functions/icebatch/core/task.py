@@ -7,7 +7,9 @@ A task spec is a JSON file named by a consumer (``functions/consumers/consumers.
 - ``output_schema``: a flat JSON Schema object (string/enum/integer/number/boolean properties). It is
   handed to vLLM's structured output, turned into the pydantic model that validates every answer, and
   into the verdict columns of the results table,
-- ``sampling``: vLLM sampling parameters (``max_tokens`` bounds the cost of a row),
+- ``sampling``: sampling parameters (``max_tokens`` bounds the cost of a row), the ones vLLM's engine and
+  an OpenAI-compatible server both take (``Sampling``); anything else is an error when the file loads,
+  not when a GPU node has started,
 - ``truncate_column``: the column shortened when a prompt does not fit ``max_model_len``.
 
 A new task is a new spec file and a consumer entry, not code. Bump ``version`` when the prompt or schema
@@ -21,7 +23,7 @@ import json
 import string
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -40,21 +42,69 @@ DEFAULT_TASK = Path(__file__).resolve().parents[2] / "consumers" / "tasks" / "tr
 _SUPPORTED = {"string", "integer", "number", "boolean"}
 
 
+MAX_OUTPUT_TOKENS = 32_768  # per row; ICEBATCH_MAX_MODEL_LEN must leave room for the prompt as well
+MIN_PROMPT_TOKENS = 32  # what max_model_len must leave for a prompt after max_tokens
+Column = Annotated[str, Field(min_length=1, max_length=255)]
+
+
+class Sampling(BaseModel):
+    """Sampling parameters of a task: those vLLM's engine and its OpenAI-compatible server both take.
+
+    Each row gets one answer (no ``n``), and the job asks for structured output and final outputs itself.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    max_tokens: int = Field(ge=1, le=MAX_OUTPUT_TOKENS, description="Bounds the output tokens, and the cost, of a row.")
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1, description="-1 or 0: off")
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=10)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    stop: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(default=None, max_length=16)
+    min_tokens: int | None = Field(default=None, ge=0, le=MAX_OUTPUT_TOKENS)
+    ignore_eos: bool | None = None
+    detokenize: bool | None = None
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> Sampling:
+        if self.min_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) exceeds max_tokens ({self.max_tokens})")
+        return self
+
+    def params(self) -> dict[str, Any]:
+        """The parameters set, as the engine and the server take them."""
+        return self.model_dump(exclude_none=True)
+
+
 class TaskSpec(BaseModel):
     """A prompt, an output schema and sampling parameters."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    name: str = Field(description="Task name (recorded with every run).")
-    version: int = Field(default=1, description="Bump when the prompt or schema changes meaning.")
-    description: str = ""
-    id_column: str = Field(description="Source column that identifies a row.")
-    input_columns: list[str] = Field(description="Source columns the prompt uses.")
-    truncate_column: str | None = Field(default=None, description="Column shortened to fit max_model_len.")
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Task name (recorded with every run): letters, digits, '.', '_' and '-'.",
+    )
+    version: int = Field(
+        default=1,
+        ge=1,
+        le=2**31 - 1,  # the results table's task_version column is a 32-bit integer
+        description="Bump when the prompt or schema changes meaning.",
+    )
+    description: str = Field(default="", max_length=1024)
+    id_column: Column = Field(description="Source column that identifies a row.")
+    input_columns: list[Column] = Field(min_length=1, description="Source columns the prompt uses.")
+    truncate_column: Column | None = Field(default=None, description="Column shortened to fit max_model_len.")
     system_prompt: str
     user_template: str
     output_schema: dict[str, Any]
-    sampling: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0.0, "max_tokens": 160})
+    sampling: Sampling = Field(default_factory=lambda: Sampling(temperature=0.0, max_tokens=160))
 
     @field_validator("output_schema")
     @classmethod
@@ -80,14 +130,12 @@ class TaskSpec(BaseModel):
             raise ValueError(f"user_template uses {sorted(unknown)}, which are not in input_columns")
         if self.truncate_column and self.truncate_column not in self.input_columns:
             raise ValueError(f"truncate_column {self.truncate_column!r} is not in input_columns")
-        if int(self.sampling.get("max_tokens", 0)) < 1:
-            raise ValueError("sampling.max_tokens must be set (it bounds the output tokens, and the cost, of a row)")
         return self
 
     # --- derived -------------------------------------------------------------------------------
     @property
     def max_tokens(self) -> int:
-        return int(self.sampling["max_tokens"])
+        return self.sampling.max_tokens
 
     @property
     def output_fields(self) -> dict[str, dict[str, Any]]:
