@@ -36,6 +36,17 @@ def test_environment_values_are_typed_and_validated_by_section() -> None:
     assert s.engine.enable_prefix_caching is False and s.aws.aws_endpoint_url == "http://127.0.0.1:5000"
 
 
+def test_what_the_launcher_writes_for_a_job_reads_back_the_same() -> None:
+    # given settings with every kind of value changed from its default (floats in exponent form included)
+    s = Settings().with_overrides(
+        kv_cache_gib=1e-05, gpu_hourly_rate=999.5, chunk_seconds=0.5, enforce_eager=False, structured_output=False,
+        batch_size=7, max_model_len=4096,
+    )  # fmt: skip
+    # when they travel as a job's environment variables (a RayJob's pod), then they read back equal
+    back = Settings.from_env(s.job_environment())
+    assert [getattr(back, name) for name in JOB_SECTIONS] == [getattr(s, name) for name in JOB_SECTIONS]
+
+
 def test_lambdas_region_becomes_the_settings_region() -> None:
     assert Settings.from_env({"AWS_REGION": "eu-west-1"}).aws.aws_region == "eu-west-1"
     assert (
@@ -60,6 +71,21 @@ def test_control_plane_catalog_never_needs_pyarrow() -> None:
         ({"ICEBATCH_CONSUMER": "triage"}, "unknown setting.*ICEBATCH_CONSUMER"),  # consumers live in their file
         ({"ICEBATCH_DRY_RUN": "maybe"}, "ICEBATCH_DRY_RUN"),
         ({"ICEBATCH_LOG_LEVEL": "LOUD"}, "ICEBATCH_LOG_LEVEL"),
+        # a variable's text is exactly its value: no lenient coercion
+        ({"ICEBATCH_DRY_RUN": "yes"}, "ICEBATCH_DRY_RUN: .*'yes' is not `true` or `false`"),
+        ({"ICEBATCH_STRUCTURED_OUTPUT": "1"}, "ICEBATCH_STRUCTURED_OUTPUT: .*'1' is not `true` or `false`"),
+        ({"ICEBATCH_K8S_VERIFY_SSL": "True"}, "ICEBATCH_K8S_VERIFY_SSL: .*'True' is not `true` or `false`"),
+        ({"ICEBATCH_ENFORCE_EAGER": "on"}, "ICEBATCH_ENFORCE_EAGER: .*'on' is not `true` or `false`"),
+        ({"ICEBATCH_MAX_MODEL_LEN": "2_048"}, "ICEBATCH_MAX_MODEL_LEN: .*'2_048' is not a whole number"),
+        ({"ICEBATCH_BATCH_SIZE": " 64"}, "ICEBATCH_BATCH_SIZE: .*' 64' is not a whole number"),
+        ({"ICEBATCH_CHUNK_ROWS": "1e3"}, "ICEBATCH_CHUNK_ROWS: .*'1e3' is not a whole number"),
+        ({"ICEBATCH_MAX_ATTEMPTS": "+3"}, "ICEBATCH_MAX_ATTEMPTS: .*'\\+3' is not a whole number"),
+        # finite and bounded: an `inf` rate made every cost report of a finished run unbuildable
+        ({"ICEBATCH_GPU_HOURLY_RATE": "inf"}, "ICEBATCH_GPU_HOURLY_RATE: .*'inf' is not a finite decimal number"),
+        ({"ICEBATCH_KV_CACHE_GIB": "1e400"}, "ICEBATCH_KV_CACHE_GIB: .*'1e400' is not a finite decimal number"),
+        ({"ICEBATCH_CHUNK_SECONDS": "nan"}, "ICEBATCH_CHUNK_SECONDS: .*'nan' is not a finite decimal number"),
+        ({"ICEBATCH_BATCH_SIZE": "99999999999"}, "ICEBATCH_BATCH_SIZE: Input should be less than or equal to 65536"),
+        ({"ICEBATCH_ENDPOINT_CONCURRENCY": "100000"}, "ICEBATCH_ENDPOINT_CONCURRENCY: Input should be less than"),
     ],
 )
 def test_bad_configuration_names_the_variable(env: dict[str, str], message: str) -> None:

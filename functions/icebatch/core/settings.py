@@ -35,14 +35,15 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
+from icebatch.core import untrusted
 from icebatch.core.errors import ConfigError
 from icebatch.core.failpoints import POINTS
 from icebatch.core.instances import (
@@ -73,11 +74,40 @@ class _Environ(EnvSettingsSource):
         return parse_env_vars({k: v for k, v in env.items() if k.isupper()}, False, True)
 
 
+_EXACT_TEXT: dict[type, tuple[re.Pattern[str], str]] = {
+    bool: (re.compile(r"true|false"), "`true` or `false`"),
+    int: (re.compile(r"-?[0-9]{1,18}"), "a whole number (digits only)"),
+    float: (
+        re.compile(r"-?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})(?:[eE][-+]?[0-9]{1,2})?"),
+        "a finite decimal number",
+    ),
+}
+
+
+def _scalar(annotation: Any) -> type | None:
+    """bool, int or float for a field of that type (or optional), else None."""
+    kinds = [a for a in (get_args(annotation) or (annotation,)) if a is not type(None)]
+    return kinds[0] if len(kinds) == 1 and kinds[0] in _EXACT_TEXT else None
+
+
 class Section(BaseSettings):
     """A group of settings read from ``ICEBATCH_*`` variables."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore", case_sensitive=False)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="ignore", case_sensitive=False, allow_inf_nan=False
+    )
     title: ClassVar[str] = ""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _exact_text(cls, value: Any, info: ValidationInfo) -> Any:
+        """A variable's text is exactly its value: no `yes`/`on`/`1` for true, `2_048`, ` 5`, `+5`, `inf`, `nan`."""
+        kind = _scalar(cls.model_fields[info.field_name].annotation) if info.field_name else None
+        if isinstance(value, str) and kind is not None:
+            pattern, what = _EXACT_TEXT[kind]
+            if not pattern.fullmatch(value):
+                raise ValueError(f"'{untrusted.summarize(value, 40)}' is not {what}")
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -139,7 +169,7 @@ class LaunchSettings(Section):
     )
     dry_run: bool = Field(default=False, description="Decide and build manifests, never submit (shadow mode).")
     max_attempts: int = Field(
-        default=3, ge=1, description="Failed jobs from the same watermark before launches stop for an operator."
+        default=3, ge=1, le=100, description="Failed jobs from the same watermark before launches stop for an operator."
     )
     local_mode: Literal["inprocess", "ray-jobs"] = Field(
         default="inprocess",
@@ -152,13 +182,16 @@ class LaunchSettings(Section):
         "Default: start a local head bound to 127.0.0.1.",
     )
     rows_per_gpu_hour: int = Field(
-        default=120_000, ge=1, description="Planning throughput of one GPU: sizes the worker group and the estimates."
+        default=120_000,
+        ge=1,
+        le=10**9,
+        description="Planning throughput of one GPU: sizes the worker group and the estimates.",
     )
     target_job_hours: float = Field(
-        default=1.0, gt=0, description="Size the worker group so the backlog drains in about this long."
+        default=1.0, gt=0, le=168, description="Size the worker group so the backlog drains in about this long."
     )
     finished_job_retention_seconds: int = Field(
-        default=7 * 86400, ge=0, description="Reported, finished RayJobs are deleted after this long."
+        default=7 * 86400, ge=0, le=366 * 86400, description="Reported, finished RayJobs are deleted after this long."
     )
 
 
@@ -178,8 +211,8 @@ class KubernetesSettings(Section):
     service_account: str = Field(
         default="icebatch-job", description="Kubernetes service account of the job pods (its IAM role: JobRole)."
     )
-    job_deadline_seconds: int = Field(default=4 * 3600, ge=60, description="`activeDeadlineSeconds`.")
-    job_backoff_limit: int = Field(default=1, ge=0, description="`backoffLimit` of the RayJob.")
+    job_deadline_seconds: int = Field(default=4 * 3600, ge=60, le=7 * 86400, description="`activeDeadlineSeconds`.")
+    job_backoff_limit: int = Field(default=1, ge=0, le=100, description="`backoffLimit` of the RayJob.")
 
 
 class ClusterSettings(Section):
@@ -199,10 +232,10 @@ class ClusterSettings(Section):
         "allocatable on the instance types, or Karpenter buys a bigger, dearer node.",
     )
     job_ttl_seconds: int = Field(
-        default=60, ge=0, description="`ttlSecondsAfterFinished`: how long a finished cluster lingers."
+        default=60, ge=0, le=7 * 86400, description="`ttlSecondsAfterFinished`: how long a finished cluster lingers."
     )
     karpenter_consolidate_seconds: int = Field(
-        default=30, ge=0, description="Karpenter `consolidateAfter` for empty GPU nodes (idle tail)."
+        default=30, ge=0, le=86400, description="Karpenter `consolidateAfter` for empty GPU nodes (idle tail)."
     )
 
     @field_validator("worker_cpu")
@@ -254,26 +287,34 @@ class EngineSettings(Section):
         description="Base URL of the OpenAI-compatible server (endpoint mode), e.g. `http://h:8000/v1`.",
     )
     endpoint_model: str | None = Field(default=None, description="Model name sent to the endpoint.")
-    endpoint_concurrency: int = Field(default=8, ge=1, description="Requests in flight to the endpoint.")
-    endpoint_max_retries: int = Field(default=4, ge=0, description="Retries per request (with backoff).")
+    endpoint_concurrency: int = Field(default=8, ge=1, le=1024, description="Requests in flight to the endpoint.")
+    endpoint_max_retries: int = Field(default=4, ge=0, le=20, description="Retries per request (with backoff).")
     device: Literal["auto", "cpu", "gpu"] = Field(
         default="auto", description="`auto` picks gpu when the Ray cluster has GPUs, else cpu."
     )
     accelerator_type: str | None = Field(default=None, description="Ray accelerator type, e.g. `L4`.")
     dtype: str = Field(default="auto", description="vLLM dtype.")
-    max_model_len: int = Field(default=2048, ge=128, description="Context length; longer inputs are truncated.")
+    max_model_len: int = Field(
+        default=2048, ge=128, le=2**20, description="Context length; longer inputs are truncated."
+    )
     gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1, description="vLLM (GPU only).")
-    kv_cache_gib: float = Field(default=1.0, gt=0, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE).")
+    kv_cache_gib: float = Field(
+        default=1.0, gt=0, le=4096, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."
+    )
     enable_prefix_caching: bool = Field(default=True, description="vLLM prefix caching (shared system prompt).")
     enable_chunked_prefill: bool = Field(default=True, description="vLLM chunked prefill.")
     max_num_batched_tokens: int | None = Field(
         default=None,
         ge=1,
+        le=2**20,
         description="vLLM max_num_batched_tokens (default: vLLM's offline defaults, as `vllm.LLM` gets them: 4096 "
         "per replica on CPU, 8192 on a GPU, 16384 on H100/H200/B200).",
     )
     max_num_seqs: int | None = Field(
-        default=None, ge=1, description="vLLM max_num_seqs (default: vLLM's offline default: 256 per replica)."
+        default=None,
+        ge=1,
+        le=65_536,
+        description="vLLM max_num_seqs (default: vLLM's offline default: 256 per replica).",
     )
     tensor_parallel_size: int = Field(
         default=1,
@@ -285,9 +326,9 @@ class EngineSettings(Section):
     enforce_eager: bool | None = Field(
         default=None, description="Skip graph compilation (default: on for CPU, off for GPU)."
     )
-    batch_size: int = Field(default=64, ge=1, description="Rows per batch sent to an engine replica.")
+    batch_size: int = Field(default=64, ge=1, le=65_536, description="Rows per batch sent to an engine replica.")
     concurrency: int = Field(
-        default=1, ge=1, description="Engine replicas (one GPU worker each; see ICEBATCH_TENSOR_PARALLEL_SIZE)."
+        default=1, ge=1, le=64, description="Engine replicas (one GPU worker each; see ICEBATCH_TENSOR_PARALLEL_SIZE)."
     )
     structured_output: bool = Field(default=True, description="Constrain output to the task's JSON schema.")
     max_inference_error_rate: float = Field(
@@ -319,6 +360,7 @@ class ProgressSettings(Section):
     chunk_seconds: float = Field(
         default=300,
         ge=0,
+        le=86400,
         description="... or every this many seconds, whichever comes first (0: rows only).",
     )
     drain_seconds: float = Field(
@@ -351,6 +393,7 @@ class CostSettings(Section):
     gpu_hourly_rate: float | None = Field(
         default=None,
         ge=0,
+        le=1000,
         description="$ per GPU worker-hour. Default: the on-demand price (us-east-1) of the cheapest allowed "
         "instance type that can host the worker; reports name the type.",
     )
