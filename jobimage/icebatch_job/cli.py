@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, IcebatchError, exit_status
 from icebatch.core.json_stdout import stdout_kept_for_json
 from icebatch.core.settings import Settings
-from icebatch.core.untrusted import RUN_ID, summarize
+from icebatch.core.untrusted import K8S_NAME, RUN_ID, summarize, whole_number
 
 RUN_HELP = "read new rows, label them with the LLM, commit results + watermark"
 RUN_DESCRIPTION = (
@@ -36,9 +36,10 @@ def snapshot_arg(value: str) -> int | None:
     """A snapshot id, or ``none`` (before the first snapshot)."""
     if value == "none":
         return None
-    if not value.isdigit() or len(value) > 20:
-        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a snapshot id (digits) or `none`")
-    return int(value)
+    snapshot = whole_number(value)
+    if snapshot is None:
+        raise argparse.ArgumentTypeError(f"{summarize(value, 40)!r} is not a snapshot id (digits) or `none`")
+    return snapshot
 
 
 def run_id_arg(value: str) -> str:
@@ -52,9 +53,19 @@ def run_id_arg(value: str) -> str:
 
 
 def positive_int(value: str) -> int:
-    if not value.isdigit() or not 0 < int(value) <= 10**12:
-        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a positive whole number")
-    return int(value)
+    number = whole_number(value, 1, 10**12)
+    if number is None:
+        raise argparse.ArgumentTypeError(f"{summarize(value, 40)!r} is not a whole number from 1 to 10^12")
+    return number
+
+
+def rayjob_name_arg(value: str) -> str:
+    """The RayJob's name (recorded in the run's events): a Kubernetes object name."""
+    if not re.fullmatch(K8S_NAME, value):
+        raise argparse.ArgumentTypeError(
+            f"{summarize(value, 40)!r} is not a Kubernetes object name (lower case, digits, '-' and '.', at most 253)"
+        )
+    return value
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,7 +76,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-snapshot", type=snapshot_arg, default=argparse.SUPPRESS,
                    help="expected watermark (`none` for the first run); refused if stale")  # fmt: skip
     p.add_argument("--to-snapshot", type=snapshot_arg, help="last source snapshot to include (default: current)")
-    p.add_argument("--rayjob-name", help="recorded in the events (set by the RayJob)")
+    p.add_argument("--rayjob-name", type=rayjob_name_arg, help="recorded in the events (set by the RayJob)")
 
 
 def run_command(args: argparse.Namespace, settings: Settings) -> int:

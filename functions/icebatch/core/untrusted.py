@@ -30,6 +30,23 @@ CONSUMER_NAME = r"^[a-z][a-z0-9-]{0,19}$"
 DEPLOYMENT = r"^[A-Za-z][A-Za-z0-9-]{0,63}$"
 
 
+INT64_MAX = 2**63 - 1  # Iceberg's snapshot ids and sequence numbers are longs, never negative
+# Kubernetes object names (RFC 1123 subdomain): a RayJob's name, recorded in events
+K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+
+
+def whole_number(text: str, low: int = 0, high: int = INT64_MAX) -> int | None:
+    """``text`` as a whole number from ``low`` to ``high`` if written plainly, else None.
+
+    Plainly: ASCII digits only. ``int()`` also takes a sign, spaces, underscores and other scripts' digits
+    (``int("\u0663") == 3``), and ``str.isdigit()`` takes superscripts ``int()`` then refuses.
+    """
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(high))):
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
+
+
 def summarize(value: Any, limit: int = MAX_ECHO) -> str:
     """``value`` made safe to print: escaped to printable ASCII and cut to ``limit`` characters."""
     if not isinstance(value, str):

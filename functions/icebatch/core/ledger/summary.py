@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from icebatch.core.errors import WatermarkError
 from icebatch.core.instances import BillingRate
 from icebatch.core.ledger.lineage import ancestry
+from icebatch.core.untrusted import INT64_MAX, whole_number
 
 if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
@@ -207,9 +208,6 @@ class RunRecord:
 # ---------------------------------------------------------------------------------------------------
 # Reading the ledger's metadata
 # ---------------------------------------------------------------------------------------------------
-INT64_MAX = 2**63 - 1  # snapshot ids and sequence numbers are Iceberg longs, never negative
-
-
 def parse_snapshot_id(value: str | None, *, where: str) -> int | None:
     """A snapshot id or sequence number from a summary ("none" = no snapshot yet); anything else is corrupt."""
     if value is None or value == NONE:
@@ -219,8 +217,9 @@ def parse_snapshot_id(value: str | None, *, where: str) -> int | None:
 
 def _whole_number(value: str, *, where: str, what: str) -> int:
     """Exactly the digits a commit writes (no sign, spaces, underscores or non-ASCII digits), 0 to 2^63-1."""
-    if value.isascii() and value.isdigit() and len(value) <= len(str(INT64_MAX)) and int(value) <= INT64_MAX:
-        return int(value)
+    number = whole_number(value)
+    if number is not None:
+        return number
     raise WatermarkError(
         f"{where} holds a corrupt {what} {value[:40]!r} (expected a whole number from 0 to {INT64_MAX}). Fix: "
         "`icebatch ledger reset --to-snapshot <id>` records a valid watermark"

@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 from icebatch.core.errors import PermanentError
 from icebatch.core.settings import Settings
-from icebatch.tools.cli.common import bounded_int, consumer_option, duration, one, print_json, selected
+from icebatch.tools.cli.common import (
+    bounded_int,
+    bounded_seconds,
+    consumer_option,
+    duration,
+    one,
+    print_json,
+    selected,
+    text,
+)
 
 if TYPE_CHECKING:
     from icebatch.core.ledger import Pending
@@ -185,8 +194,13 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def snapshot_or_none(value: str) -> str:
-    if value != "none" and not (value.isdigit() and len(value) <= 20):
-        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a snapshot id (digits) or `none`")
+    """A snapshot id (an Iceberg long: digits, 0 to 2^63-1) or `none`."""
+    if value == "none":
+        return value
+    try:
+        bounded_int(0, 2**63 - 1)(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a snapshot id (digits) or `none`") from None
     return value
 
 
@@ -196,7 +210,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                        "needed). Prints each snapshot id.")  # fmt: skip
     p.add_argument("--tickets", type=bounded_int(1, 10_000_000), required=True, help="total number of tickets")
     p.add_argument("--batches", type=bounded_int(1, 100_000), default=1, help="number of snapshots (default: 1)")
-    p.add_argument("--interval", type=float, default=0.0, help="seconds to wait between batches")
+    p.add_argument("--interval", type=bounded_seconds(86400), default=0.0, help="seconds to wait between batches")
     p.add_argument("--seed", type=bounded_int(0, 2**31), default=None, help="make the tickets reproducible")
     p.set_defaults(handler=cmd_generate)
 
@@ -230,7 +244,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                         "process the whole table again.")  # fmt: skip
     consumer_option(q, "the consumer (needed when several are declared)")
     q.add_argument("--to-snapshot", type=snapshot_or_none, required=True, help="source snapshot id, or `none`")
-    q.add_argument("--reason", required=True, help="recorded in the ledger")
+    q.add_argument("--reason", type=text(500), required=True, help="recorded in the ledger (at most 500 characters)")
     q.set_defaults(handler=cmd_ledger_reset)
 
     p = sub.add_parser("report", help="a run's cost report, rebuilt from the ledger (default: the latest run)",
