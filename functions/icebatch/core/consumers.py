@@ -117,7 +117,8 @@ class Consumer(BaseModel):
         return self.model or settings.engine.model_source
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        """The consumer as the launcher hands it to a job (unset optional values left out: they read back None)."""
+        return self.model_dump_json(exclude_none=True)
 
 
 def results_table_for(source_table: str, consumer: str) -> str:
