@@ -11,7 +11,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, IcebatchError, exit_status
 from icebatch.core.json_stdout import stdout_kept_for_json
@@ -42,14 +42,21 @@ def snapshot_arg(value: str) -> int | None:
     return snapshot
 
 
-def run_id_arg(value: str) -> str:
-    """A run id: it names report files and ledger entries, so it is an identifier, not free text."""
-    if not re.fullmatch(RUN_ID, value):
-        raise argparse.ArgumentTypeError(
-            f"{summarize(value, 40)!r} is not a run id (letters, digits and '-', at most 100, e.g. "
-            "triage-20261129T073000-3fa9c2)"
-        )
-    return value
+def matching(pattern: str, what: str) -> Callable[[str], str]:
+    """An argparse type: a value that ``pattern`` matches whole (an identifier, not free text)."""
+
+    def parse(value: str) -> str:
+        if not re.fullmatch(pattern, value):
+            raise argparse.ArgumentTypeError(f"{summarize(value, 40)!r} is not {what}")
+        return value
+
+    return parse
+
+
+# it names report files and ledger entries
+run_id_arg = matching(RUN_ID, "a run id (letters, digits and '-', at most 100, e.g. triage-20261129T073000-3fa9c2)")
+# recorded in the run's events
+rayjob_name_arg = matching(K8S_NAME, "a Kubernetes object name (lower case, digits, '-' and '.', at most 253)")
 
 
 def positive_int(value: str) -> int:
@@ -57,15 +64,6 @@ def positive_int(value: str) -> int:
     if number is None:
         raise argparse.ArgumentTypeError(f"{summarize(value, 40)!r} is not a whole number from 1 to 10^12")
     return number
-
-
-def rayjob_name_arg(value: str) -> str:
-    """The RayJob's name (recorded in the run's events): a Kubernetes object name."""
-    if not re.fullmatch(K8S_NAME, value):
-        raise argparse.ArgumentTypeError(
-            f"{summarize(value, 40)!r} is not a Kubernetes object name (lower case, digits, '-' and '.', at most 253)"
-        )
-    return value
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
