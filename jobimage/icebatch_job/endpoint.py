@@ -5,7 +5,8 @@ sampling and ``response_format`` (``json_schema``, strict). At most ``ICEBATCH_E
 requests are in flight; 408/409/429/5xx answers and connection errors are retried with exponential
 backoff and jitter up to ``ICEBATCH_ENDPOINT_MAX_RETRIES`` times, after which the row is kept as an
 ``inference_error`` (never dropped, never retried forever). Token counts come from the response's
-``usage``.
+``usage``; an answer whose text is not text or whose counts are not counts is an ``inference_error``
+too (``read_completion``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from icebatch.core.settings import Settings
 from icebatch.core.task import TaskSpec
+from icebatch.core.untrusted import summarize
 
 from icebatch_job.columns import (
     EMPTY_INPUT,
@@ -153,20 +155,44 @@ class EndpointStage:
                     last_error = f"{type(e).__name__}: {e}"
                     continue
             try:
-                data = json.loads(payload)
-                text = data["choices"][0]["message"]["content"] or ""
-                usage = data.get("usage") or {}
-            except (ValueError, KeyError, IndexError, TypeError) as e:
-                return _error(f"unexpected response ({type(e).__name__}): {payload[:300]}", truncated)
+                text, prompt_tokens, completion_tokens = read_completion(payload)
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+                return _error(f"unexpected response ({type(e).__name__}: {str(e)[:100]}): {payload[:300]}", truncated)
             return {
                 TRUNCATED: truncated,
                 GENERATED_TEXT: text,
-                NUM_INPUT_TOKENS: int(usage.get("prompt_tokens") or 0),
-                NUM_GENERATED_TOKENS: int(usage.get("completion_tokens") or 0),
+                NUM_INPUT_TOKENS: prompt_tokens,
+                NUM_GENERATED_TOKENS: completion_tokens,
                 TIME_TAKEN_LLM: elapsed,
                 INFERENCE_ERROR: "",
             }
         return _error(f"gave up after {self.max_retries + 1} attempts: {last_error}", truncated)
+
+
+MAX_TOKEN_COUNT = 2**31 - 1  # the results table's token columns are 32-bit integers
+
+
+def read_completion(payload: str) -> tuple[str, int, int]:
+    """The answer's text and its prompt and completion token counts, from a chat completion response.
+
+    The server is not trusted: text must be text (null: no answer) and counts whole numbers that fit the
+    results (missing: 0, as servers without ``usage`` answer); anything else raises, and the row is kept
+    as an ``inference_error`` instead of landing a number or an object where text or a count belongs.
+    """
+    data = json.loads(payload)
+    content = data["choices"][0]["message"]["content"]
+    if content is not None and not isinstance(content, str):
+        raise TypeError(f"message.content is {type(content).__name__}, not text")
+    usage = data.get("usage") or {}
+    if not isinstance(usage, dict):
+        raise TypeError(f"usage is {type(usage).__name__}, not an object")
+    counts = []
+    for key in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(key)
+        if value is not None and (type(value) is not int or not 0 <= value <= MAX_TOKEN_COUNT):
+            raise ValueError(f"usage.{key} is {summarize(value, 40)}, not a token count")
+        counts.append(value or 0)
+    return content or "", counts[0], counts[1]
 
 
 def _error(message: str, truncated: bool) -> dict[str, Any]:
