@@ -568,7 +568,7 @@ class Settings(BaseModel):
                 value = changes.get(field, getattr(section, field))
                 if value is None or (field not in changes and value == _default(info)):
                     continue
-                env[Section.env_name(field)] = _env_text(value)
+                env[Section.env_name(field)] = env_text(value)
         return dict(sorted(env.items()))
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -617,7 +617,7 @@ def _default(info: FieldInfo) -> Any:
     return info.get_default(call_default_factory=True)
 
 
-def _env_text(value: Any) -> str:
+def env_text(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value)
     if isinstance(value, bool):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Literal, get_args, get_origin
 
-from icebatch.core.settings import SECTIONS, Section, Settings
+from pydantic.fields import FieldInfo
+
+from icebatch.core.settings import SECTIONS, Section, Settings, env_text
 from icebatch.tools.cli.common import bounded_int, print_json
 
 
@@ -18,18 +21,39 @@ def config_markdown() -> str:
             "",
             f"*{name if name != 'top' else 'general'}*",
             "",
-            "| variable | default | what |",
-            "| --- | --- | --- |",
+            "| variable | default | values | what |",
+            "| --- | --- | --- | --- |",
         ]
         for field, info in section.model_fields.items():
             default = info.get_default(call_default_factory=True)
             shown = (
                 ""
                 if default in (None, {})
-                else f"`{json.dumps(default) if isinstance(default, (list, dict)) else default}`"
+                else f"`{json.dumps(default) if isinstance(default, (list, dict)) else env_text(default)}`"
             )
-            out.append(f"| `{Section.env_name(field)}` | {shown} | {(info.description or '').replace('|', '/')} |")
+            what = (info.description or "").replace("|", "/")
+            out.append(f"| `{Section.env_name(field)}` | {shown} | {_values(info)} | {what} |")
     return "\n".join(out[1:])
+
+
+def _values(info: FieldInfo) -> str:
+    """What a variable may hold: its choices, `true`/`false`, or the range of a number (as the settings check it)."""
+    if get_origin(info.annotation) is Literal:
+        return ", ".join(f"`{choice}`" for choice in get_args(info.annotation))
+    kinds = {a for a in (get_args(info.annotation) or (info.annotation,)) if a is not type(None)}
+    if kinds == {bool}:
+        return "`true`, `false`"
+    if not kinds <= {int, float}:
+        return ""
+    low = next((f">= {_num(m.ge)}" for m in info.metadata if getattr(m, "ge", None) is not None), "")
+    low = low or next((f"> {_num(m.gt)}" for m in info.metadata if getattr(m, "gt", None) is not None), "")
+    high = next((f"<= {_num(m.le)}" for m in info.metadata if getattr(m, "le", None) is not None), "")
+    kind = "whole number" if kinds == {int} else "number"
+    return ", ".join(p for p in (kind, low, high) if p)
+
+
+def _num(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
 
 def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
