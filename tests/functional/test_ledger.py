@@ -587,6 +587,24 @@ def test_corrupt_watermark_property_names_the_fix(settings: Settings, value: str
         ledger.backlog()
 
 
+@pytest.mark.parametrize("value", ["2.0", "-1", "0", "v2", str(2**31), "\u0662"])
+def test_a_corrupt_task_version_is_not_taken_as_version_1(settings: Settings, value: str) -> None:
+    # given a processed run, then a commit that records progress under a task version that is not one
+    ledger = _ledger(settings)
+    _append(ledger, 3)
+    run_once(ledger)
+    results = ledger.results()
+    assert results is not None
+    newest = results.metadata.current_snapshot()
+    assert newest is not None and newest.summary is not None
+    props = {**newest.summary.additional_properties, Key.TASK_VERSION: value}
+    with results.transaction() as txn, txn.update_snapshot(snapshot_properties=props).fast_append():
+        pass
+    # when version 1's progress is read, then it stops naming the snapshot and the value, not moving on
+    with pytest.raises(WatermarkError, match=r"ledger snapshot \d+ holds a corrupt icebatch.task-version '.*'"):
+        ledger.backlog()
+
+
 def test_generator_cli_path_appends_one_snapshot_per_batch(settings: Settings) -> None:
     ledger = _ledger(settings)
     seen: list[int] = []

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from icebatch.core.errors import WatermarkError
 from icebatch.core.instances import BillingRate
 from icebatch.core.ledger.lineage import ancestry
-from icebatch.core.untrusted import INT64_MAX, whole_number
+from icebatch.core.untrusted import INT64_MAX, summarize, whole_number
 
 if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
@@ -226,12 +226,22 @@ def _whole_number(value: str, *, where: str, what: str) -> int:
     )
 
 
-def task_version_of(summary: Mapping[str, str]) -> int:
-    """The task version a commit was made for (runs from before versions were recorded: 1)."""
-    try:
-        return int(summary.get(Key.TASK_VERSION) or "1")  # (pyiceberg's Summary.get has no default)
-    except ValueError:
+def task_version_of(summary: Mapping[str, str], *, where: str) -> int:
+    """The task version a commit was made for (runs from before versions were recorded: 1).
+
+    A version that is not one (``"2.0"``, ``"-1"``) is an error: taken as 1, the commit would move version
+    1's watermark.
+    """
+    value = summary.get(Key.TASK_VERSION)
+    if value is None:
         return 1
+    version = whole_number(value, 1, 2**31 - 1)
+    if version is None:
+        raise WatermarkError(
+            f"{where} holds a corrupt {Key.TASK_VERSION} {summarize(value, 40)!r} (expected a task version, 1 or "
+            "more). Fix: `icebatch ledger reset --to-snapshot <id>` records a valid watermark"
+        )
+    return version
 
 
 def _check_source(summary: Mapping[str, str], source_table: str) -> None:
@@ -252,11 +262,11 @@ def properties(snap: Snapshot) -> dict[str, str]:
     return dict(snap.summary.additional_properties) if snap.summary is not None else {}
 
 
-def _is_progress(props: Mapping[str, str], task_version: int) -> bool:
+def _is_progress(snap: Snapshot, props: Mapping[str, str], task_version: int) -> bool:
     """A commit of this task version's progress: a run's chunk, its last commit, or a reset."""
     if Key.WATERMARK not in props and Key.CHUNK not in props:
         return False  # a compaction of the ledger, or some other writer's commit
-    return task_version_of(props) == task_version
+    return task_version_of(props, where=f"ledger snapshot {snap.snapshot_id}") == task_version
 
 
 def read_watermark(ledger_meta: TableMetadata | None, source_table: str, task_version: int) -> Watermark:
@@ -309,7 +319,7 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
     watermark = Watermark(None, None)
     for snap in ancestry(ledger_meta.current_snapshot(), ledger_meta):
         summary = properties(snap)
-        if not _is_progress(summary, task_version):
+        if not _is_progress(snap, summary, task_version):
             continue
         _check_source(summary, source_table)
         head = snap.snapshot_id if head is None else head
@@ -381,7 +391,7 @@ def record(snap: Snapshot) -> RunRecord:
         from_snapshot_exclusive=parse_snapshot_id(props.get(Key.FROM_SNAPSHOT), where=where),
         to_snapshot_inclusive=parse_snapshot_id(props.get(Key.WATERMARK), where=where) or 0,
         task=props.get(Key.TASK, ""),
-        task_version=task_version_of(props),
+        task_version=task_version_of(props, where=where),
         properties=props,
         range_end=parse_snapshot_id(props.get(Key.RANGE_END) or props.get(Key.WATERMARK), where=where) or 0,
     )
