@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -567,18 +567,25 @@ def test_glue_catalog_without_a_reachable_endpoint_is_a_clear_error(settings: Se
 CORRUPT_IDS = ["not-a-snapshot", "-1", "+7", " 42", "1_000", "\u0663", "9" * 40, str(2**63), ""]
 
 
-@pytest.mark.parametrize("value", CORRUPT_IDS)
-def test_corrupt_watermark_property_names_the_fix(settings: Settings, value: str) -> None:
-    # given a processed run, then a commit whose watermark is not a snapshot id
+def _processed_then(settings: Settings, props: Callable[[dict[str, str]], dict[str, str]]) -> ResultsLedger:
+    """A consumer whose first run was processed, then an empty commit with ``props(<that run's summary>)``."""
     ledger = _ledger(settings)
     _append(ledger, 3)
     run_once(ledger)
     results = ledger.results()
     assert results is not None
-    txn = results.transaction()
-    with txn.update_snapshot(snapshot_properties={Key.WATERMARK: value, Key.SEQUENCE: "1"}).fast_append():
+    newest = results.metadata.current_snapshot()
+    assert newest is not None and newest.summary is not None
+    summary = dict(newest.summary.additional_properties)
+    with results.transaction() as txn, txn.update_snapshot(snapshot_properties=props(summary)).fast_append():
         pass
-    txn.commit_transaction()
+    return ledger
+
+
+@pytest.mark.parametrize("value", CORRUPT_IDS)
+def test_corrupt_watermark_property_names_the_fix(settings: Settings, value: str) -> None:
+    # given a processed run, then a commit whose watermark is not a snapshot id
+    ledger = _processed_then(settings, lambda _: {Key.WATERMARK: value, Key.SEQUENCE: "1"})
     # when the backlog is read, then it stops with the value, the snapshot holding it and the fix
     with pytest.raises(
         WatermarkError,
@@ -590,16 +597,7 @@ def test_corrupt_watermark_property_names_the_fix(settings: Settings, value: str
 @pytest.mark.parametrize("value", ["2.0", "-1", "0", "v2", str(2**31), "\u0662"])
 def test_a_corrupt_task_version_is_not_taken_as_version_1(settings: Settings, value: str) -> None:
     # given a processed run, then a commit that records progress under a task version that is not one
-    ledger = _ledger(settings)
-    _append(ledger, 3)
-    run_once(ledger)
-    results = ledger.results()
-    assert results is not None
-    newest = results.metadata.current_snapshot()
-    assert newest is not None and newest.summary is not None
-    props = {**newest.summary.additional_properties, Key.TASK_VERSION: value}
-    with results.transaction() as txn, txn.update_snapshot(snapshot_properties=props).fast_append():
-        pass
+    ledger = _processed_then(settings, lambda run: {**run, Key.TASK_VERSION: value})
     # when version 1's progress is read, then it stops naming the snapshot and the value, not moving on
     with pytest.raises(WatermarkError, match=r"ledger snapshot \d+ holds a corrupt icebatch.task-version '.*'"):
         ledger.backlog()
