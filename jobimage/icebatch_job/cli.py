@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
-from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, IcebatchError, exit_status
+from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANSIENT, IcebatchError, exit_status
 from icebatch.core.json_stdout import stdout_kept_for_json
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import K8S_NAME, RUN_ID, summarize, whole_number
@@ -25,9 +25,10 @@ RUN_DESCRIPTION = (
     "print the INCREMENTAL STATE / BATCH SUMMARY / TOKENOMICS blocks and emit a completion event. With "
     "nothing new it prints `new tickets : 0` and starts no engine. A run part way through its range (an "
     "earlier attempt was killed) is resumed: only the rows not yet committed are processed. SIGTERM commits "
-    "the finished rows and exits (a second signal exits at once). Exit status: 0 done or nothing new, 5 "
-    "another run covered the range first, 1 failed (a 'Batch Job Failed' event was emitted; committed rows "
-    "stay), 2 bad input or configuration, 3 a dependency is unavailable, 130 interrupted."
+    "the finished rows and exits (a second signal exits at once); so does a job that waits "
+    "ICEBATCH_STALL_SECONDS for a result. Exit status: 0 done or nothing new, 5 another run covered the range "
+    "first, 1 failed (a 'Batch Job Failed' event was emitted; committed rows stay), 2 bad input or "
+    "configuration, 3 a dependency is unavailable or the job stalled, 130 interrupted."
 )
 STATUS = {"completed": EXIT_OK, "nothing_new": EXIT_OK, "conflict": EXIT_CONFLICT, "failed": EXIT_FAILED}
 
@@ -117,6 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
         return run_command(args, settings)
     except (IcebatchError, KeyboardInterrupt) as e:
+        from icebatch_job.interrupts import JobStalled
+
+        if isinstance(e, JobStalled):  # a GPU node, an engine or a node that never came back: retry later
+            print(f"icebatch-job: {e}", file=sys.stderr)
+            return EXIT_TRANSIENT
         status, prefix = exit_status(e)
         print(f"icebatch-job: {prefix}: {e}", file=sys.stderr)
         return status

@@ -6,6 +6,9 @@ engine, commits the rows it has finished (``ChunkCommitter.drain``), emits "Batc
 ``resumable: true`` and exits; a watchdog ends the process if that takes longer than
 ``ICEBATCH_DRAIN_SECONDS``. A signal that arrives during a commit waits for the commit to end (a commit
 cut in half is only settled by the next attempt). A second signal exits at once.
+
+``stop(reason)`` does what a first SIGTERM does, from another thread, for a reason the failure reports:
+the stall watch (``icebatch_job.stall``) uses it.
 """
 
 from __future__ import annotations
@@ -25,10 +28,16 @@ class JobInterrupted(KeyboardInterrupt):
     """SIGTERM/SIGINT: stop, commit what is finished, report, exit."""
 
 
+class JobStalled(JobInterrupted):
+    """The run waited too long for a result (``icebatch_job.stall``): stop as on SIGTERM; its text says why."""
+
+
 class Interrupts:
     def __init__(self, drain_seconds: float) -> None:
         self.drain_seconds = drain_seconds
         self.signal: int | None = None
+        self.reason: str | None = None  # set by ``stop``
+        self._deadline: threading.Timer | None = None  # the drain's, once a first signal came
         self._depth = 0
         self._previous: dict[int, object] = {}
 
@@ -42,6 +51,9 @@ class Interrupts:
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def uninstall(self) -> None:
+        """The previous handlers back, and no drain deadline (for a process that goes on: a test)."""
+        if self._deadline is not None:
+            self._deadline.cancel()
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
         self._previous.clear()
@@ -55,20 +67,31 @@ class Interrupts:
         finally:
             self._depth -= 1
         if self.requested and self._depth == 0:
-            raise JobInterrupted()
+            raise self._stopping()
+
+    def stop(self, reason: str) -> None:
+        """From another thread: stop the run as a first SIGTERM does, for ``reason`` (unless it is stopping)."""
+        if self.requested:
+            return
+        self.reason = reason
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)  # wakes a main thread that waits
+
+    def _stopping(self) -> JobInterrupted:
+        return JobStalled(self.reason) if self.reason else JobInterrupted()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
             print(f"icebatch-job: second signal ({signum}): exiting at once", file=sys.stderr, flush=True)
             os._exit(EXIT_INTERRUPTED)
         self.signal = signum
-        print(f"icebatch-job: signal {signum}: committing the finished rows, then exiting (within "
+        why = self.reason or f"signal {signum}"
+        print(f"icebatch-job: {why}: committing the finished rows, then exiting (within "
               f"{self.drain_seconds:g} s; a second signal exits at once)", file=sys.stderr, flush=True)  # fmt: skip
-        watchdog = threading.Timer(self.drain_seconds, self._expired)
-        watchdog.daemon = True
-        watchdog.start()
+        self._deadline = threading.Timer(self.drain_seconds, self._expired)
+        self._deadline.daemon = True
+        self._deadline.start()
         if self._depth == 0:
-            raise JobInterrupted()
+            raise self._stopping()
 
     def _expired(self) -> None:
         print(f"icebatch-job: not done {self.drain_seconds:g} s after the signal (ICEBATCH_DRAIN_SECONDS): exiting",

@@ -31,9 +31,10 @@ from icebatch.core.report import completed_text, incremental_state
 from icebatch.core.settings import Settings
 
 from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, load_progress, run_totals
-from icebatch_job.interrupts import Interrupts, JobInterrupted
+from icebatch_job.interrupts import Interrupts, JobInterrupted, JobStalled
 from icebatch_job.progress import Progress
 from icebatch_job.results import RunStats, batch_engine_seconds
+from icebatch_job.stall import StallWatch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -321,13 +322,17 @@ def stream(run: JobRun, built: BuiltPipeline) -> None:
     run.stage = "inference"
     run.timing.started, run.timing.started_at = time.monotonic(), time.time()
     try:
-        for item in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-            batch = built.parse(cast("pa.Table", item))
-            if not run.timing.first_result_seconds:
-                run.timing.first_result_seconds = time.monotonic() - run.timing.started
-                run.timing.startup_seconds = max(0.0, run.timing.first_result_seconds - batch_engine_seconds(batch))
-            progress.advance(batch.num_rows)
-            committer.add(batch)
+        with _stall_watch(run) as watch:
+            for item in built.dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+                table = cast("pa.Table", item)
+                watch.arrived(table.num_rows)
+                batch = built.parse(table)
+                if not run.timing.first_result_seconds:
+                    run.timing.first_result_seconds = time.monotonic() - run.timing.started
+                    run.timing.startup_seconds = max(0.0, run.timing.first_result_seconds - batch_engine_seconds(batch))
+                progress.advance(batch.num_rows)
+                committer.add(batch)
+                watch.waiting()
     except (Exception, JobInterrupted) as e:
         run.timing.ended = time.monotonic()
         progress.close()
@@ -337,17 +342,26 @@ def stream(run: JobRun, built: BuiltPipeline) -> None:
     progress.close()
 
 
+def _stall_watch(run: JobRun) -> StallWatch:
+    """The watch that stops a run waiting too long for a result (only where a stop can be handled: the job's
+    own process, which has ``interrupts``; an in-process run has no limit)."""
+    limit = run.settings.progress.stall_seconds if run.interrupts is not None else 0
+    return StallWatch(limit, run.interrupts.stop if run.interrupts is not None else lambda _reason: None)
+
+
 def drain(run: JobRun, error: BaseException) -> None:
     """Commit the finished rows of a stopping attempt, unless committing is what failed."""
     committer = run.committer
     if committer is None or not committer.held or isinstance(error, IcebatchError):
         return
-    run.stage = "commit"
+    stage, run.stage = run.stage, "commit"
     try:
         committed = committer.drain()
         log.warning("stopping (%s): committed the %d rows this attempt had finished", type(error).__name__, committed)
     except Exception as e:  # the original error is what the report is about
         log.error("stopping (%s): could not commit the finished rows: %r", type(error).__name__, e)
+    finally:
+        run.stage = stage  # where the attempt failed, not where it cleaned up
 
 
 def commit_run(run: JobRun) -> CommitResult:
@@ -390,7 +404,8 @@ def failed_event(run: JobRun, error: BaseException, *, retryable: bool) -> Batch
     reason = str(error) or type(error).__name__
     if isinstance(error, KeyboardInterrupt):
         mine = c.committed if c else 0
-        reason = f"interrupted (signal): this attempt committed {mine} rows; {committed} of the range are committed"
+        why = str(error) if isinstance(error, JobStalled) else "interrupted (signal)"
+        reason = f"{why}: this attempt committed {mine} rows; {committed} of the range are committed"
     totals = run.totals(c.stats, c.redone) if c else None
     return BatchJobFailed(
         deployment=run.settings.top.deployment,

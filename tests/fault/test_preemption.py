@@ -1,4 +1,5 @@
-"""Preemption-safe progress with the real job killed for real: SIGKILL at 20 points, SIGTERM, two attempts.
+"""Preemption-safe progress with the real job killed for real: SIGKILL at 20 points, SIGTERM, two attempts,
+and a job that stops itself when its engine stops answering.
 
 Each attempt is ``python -m icebatch_job run`` in its own process tree (Ray included), with the pod's
 environment, against vLLM's OpenAI server (the endpoint engine mode); the counting proxy in front of the
@@ -24,6 +25,7 @@ from icebatch_job.tickets import append_tickets, ensure_source_table, generate_t
 from icebatch_job.window import commit_every
 
 from tests.fault.conftest import Endpoint
+from tests.support.fault_proxy import fault_proxy
 from tests.support.job_process import JobProcess, start_job
 
 pytestmark = [pytest.mark.fault]
@@ -144,6 +146,7 @@ def test_sigterm_commits_the_finished_rows_and_reports_a_resumable_failure(
     assert committed == failed["rows_committed"] == failed["rows_processed"] > before
     assert committed % _cadence(s) != 0  # the part-chunk in hand was committed, not dropped
     assert failed["resumable"] is True and failed["retryable"] is True and "interrupted" in failed["reason"]
+    assert failed["stage"] == "inference"  # where it stopped, not the commit that saved its rows
     # and the next attempt does only the rest
     requests = endpoint.counts["requests"]
     resumed = start_job(s, _consumer(s), tag="resume")
@@ -153,6 +156,38 @@ def test_sigterm_commits_the_finished_rows_and_reports_a_resumable_failure(
     assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
     [completed] = [e["detail"] for e in _events(s) if e["detail-type"] == "Batch Job Completed"]
     assert (completed["rows"], completed["attempts"]) == (100, 2)
+
+
+@pytest.mark.parametrize("answered", [0, 40])
+def test_a_job_whose_engine_stops_answering_stops_itself_and_loses_nothing(
+    job_settings: Settings, endpoint: Endpoint, answered: int
+) -> None:
+    # given an engine that answers the first `answered` requests and then nothing (0: it never answers),
+    # and a job that waits at most 20 s for a result
+    s = job_settings
+    _tickets(s, 100, seed=7)
+    ledger = _ledger(s)
+    with fault_proxy(endpoint.url.removesuffix("/v1"), answer_first=answered) as (silent, counts):
+        stalled = s.with_overrides(endpoint_url=silent + "/v1", stall_seconds=20)
+        job = start_job(stalled, _consumer(stalled), tag=f"stall{answered}")
+        # when it runs, then it stops by itself (not at its deadline) as a stalled run: retry later
+        code = job.wait(240)
+    assert code == 3, job.output()[-3000:]
+    assert counts["unanswered"] > 0
+    [failed] = [e["detail"] for e in _events(s) if e["detail-type"] == "Batch Job Failed"]
+    first = "no result 2" if answered == 0 else "no result for 2"
+    assert failed["reason"].startswith(f"stalled: {first}") and "ICEBATCH_STALL_SECONDS=20" in failed["reason"]
+    assert failed["resumable"] is True and failed["retryable"] is True and failed["error_type"] == "JobStalled"
+    assert failed["stage"] == "inference"
+    # ... having committed every row it had finished, and only those
+    committed = len(_committed(ledger))
+    assert committed == failed["rows_committed"] == failed["rows_processed"]
+    assert (committed > 0) is (answered > 0)
+    # and the next attempt, with an engine that answers, does the rest: every row exactly once
+    resumed = start_job(s, _consumer(s), tag=f"after-stall{answered}")
+    assert resumed.wait() == 0, resumed.output()[-3000:]
+    assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
+    assert ledger.plan() is None
 
 
 def test_a_signal_during_a_commit_waits_for_it_and_the_drain_has_a_deadline(job_settings: Settings) -> None:

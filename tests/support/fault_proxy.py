@@ -1,4 +1,4 @@
-"""An HTTP proxy that injects failures in front of a real server (for retry tests)."""
+"""An HTTP proxy that injects failures in front of a real server (for retry and stall tests)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 @contextmanager
-def fault_proxy(upstream: str, *, fail_first: int, status: int = 503) -> Iterator[tuple[str, dict[str, int]]]:
-    """Forward to ``upstream`` but answer ``status`` to the first ``fail_first`` requests of each body."""
-    counts = {"requests": 0, "injected": 0}
+def fault_proxy(
+    upstream: str, *, fail_first: int = 0, status: int = 503, answer_first: int | None = None
+) -> Iterator[tuple[str, dict[str, int]]]:
+    """Forward to ``upstream`` but answer ``status`` to the first ``fail_first`` requests of each body; with
+    ``answer_first``, leave every request after the first ``answer_first`` unanswered until the proxy closes
+    (a server that stopped answering)."""
+    counts = {"requests": 0, "injected": 0, "unanswered": 0}
     seen: dict[bytes, int] = {}
     lock = threading.Lock()
+    closing = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -30,6 +35,11 @@ def fault_proxy(upstream: str, *, fail_first: int, status: int = 503) -> Iterato
                 n = seen[body] = seen.get(body, 0) + 1
                 inject = n <= fail_first
                 counts["injected"] += inject
+                silent = answer_first is not None and counts["requests"] > answer_first
+                counts["unanswered"] += silent
+            if silent:
+                closing.wait()
+                return
             if inject:
                 self._reply(status, b'{"error": "injected"}')
                 return
@@ -53,4 +63,5 @@ def fault_proxy(upstream: str, *, fail_first: int, status: int = 503) -> Iterato
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", counts
     finally:
+        closing.set()
         server.shutdown()

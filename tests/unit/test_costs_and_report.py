@@ -103,6 +103,29 @@ def test_failure_report_says_what_happens_next() -> None:
     assert subject(e) == "icebatch triage: FAILED (OutOfMemoryError) at inference"
 
 
+def test_a_failure_after_some_chunks_reports_them_committed_not_discarded() -> None:
+    # given an attempt stopped (a stall, a spot notice) after committing 17 rows of the first run's range
+    e = BatchJobFailed(
+        consumer="triage",
+        source_table="support.tickets",
+        range={"from_exclusive": None, "to_inclusive": 42},
+        reason="stalled: no result for 21 s after the last one",
+        error_type="JobStalled",
+        stage="inference",
+        retryable=True,
+        resumable=True,
+        rows_processed=17,
+        rows_committed=17,
+        failed_at=datetime.now(UTC),
+    )
+    # when the report is rendered, then it says what stays and what the next attempt does
+    text = failed_text(e)
+    assert "discarded" not in text and "nothing was committed" not in text
+    assert "rows committed        : 17 of the range (they stay: no attempt redoes them)" in text
+    assert "the next trigger resumes the run and processes the rest of it" in text
+    assert "range                 : (none: first run) -> 42" in text
+
+
 def test_the_report_names_the_instance_type_and_where_its_rate_comes_from() -> None:
     from icebatch.core.settings import Settings
 

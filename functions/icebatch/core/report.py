@@ -126,6 +126,21 @@ def completed_text(e: BatchJobCompleted, *, include_state: bool = True) -> str:
     return "\n".join([state, batch_summary(e), tokenomics(e)])
 
 
+def _range(e: BatchJobFailed) -> str:
+    if e.range is None:
+        return "-"
+    start = e.range.from_exclusive if e.range.from_exclusive is not None else "(none: first run)"
+    return f"{start} -> {e.range.to_inclusive}"
+
+
+def _next(e: BatchJobFailed) -> str:
+    if not e.retryable:
+        return "needs an operator: see the error"
+    if e.rows_committed and e.resumable:
+        return "the range stays pending; the next trigger resumes the run and processes the rest of it"
+    return "the range stays pending and the next trigger processes it"
+
+
 def failed_text(e: BatchJobFailed) -> str:
     lines = [
         _rule("BATCH JOB FAILED"),
@@ -136,14 +151,13 @@ def failed_text(e: BatchJobFailed) -> str:
         _line("stage", e.stage),
         _line("error", f"{e.error_type}: {e.reason}"),
         _line("found by", e.origin),
-        _line("range", f"{e.range.from_exclusive} -> {e.range.to_inclusive}" if e.range else "-"),
+        _line("range", _range(e)),
+        _line("rows processed", f"{e.rows_processed:,} by this attempt"),
         _line(
-            "what happens next",
-            "nothing was committed; the range stays pending and the next trigger processes it"
-            if e.retryable
-            else "needs an operator: see the error",
+            "rows committed",
+            f"{e.rows_committed:,} of the range (they stay: no attempt redoes them)" if e.rows_committed else "none",
         ),
-        _line("rows processed", f"{e.rows_processed:,} (discarded)"),
+        _line("what happens next", _next(e)),
     ]
     if e.cost is not None:
         lines.append(

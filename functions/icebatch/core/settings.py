@@ -370,6 +370,14 @@ class ProgressSettings(Section):
         description="On SIGTERM (spot notice, drain, deadline) the job commits the rows it has finished and "
         "exits within this many seconds (a spot notice gives 120); a second signal exits at once.",
     )
+    stall_seconds: int = Field(
+        default=1800,
+        ge=0,
+        le=7 * 86400,
+        description="A job that has waited this long for a result (the first one: counted from the pipeline's "
+        "start, the engine's start included) stops as on SIGTERM and reports a resumable failure, instead of "
+        "billing its nodes until its deadline (0: wait until the deadline).",
+    )
     failpoint: str | None = Field(
         default=None,
         description="Fault injection for tests and chaos drills: `<point>[@<n>]` pauses the job the n-th "
