@@ -3,10 +3,12 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from datetime import UTC, datetime
 
 import pytest
 from icebatch.control.jobs import job_state
 from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_env, job_name, range_tag
+from icebatch.control.reconcile import failure_event
 from icebatch.core.consumers import Consumer
 from icebatch.core.errors import ConfigError
 from icebatch.core.estimate import gpus_for
@@ -73,6 +75,17 @@ def test_manifest_validates_strictly_against_the_crd(version: str) -> None:
     assert errors(build_rayjob_manifest(S, spec()), version) == []
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_start_deadline_follows_its_setting_and_zero_leaves_it_out(version: str) -> None:
+    # given a start deadline of 10 minutes, and none
+    timely = build_rayjob_manifest(S.with_overrides(job_start_deadline_seconds=600), spec())
+    patient = build_rayjob_manifest(S.with_overrides(job_start_deadline_seconds=0), spec())
+    # then the first RayJob has it and the second has no such field (KubeRay: at least 1 s), both valid
+    assert timely["spec"]["preRunningDeadlineSeconds"] == 600
+    assert "preRunningDeadlineSeconds" not in patient["spec"]
+    assert errors(timely, version) == errors(patient, version) == []
+
+
 def test_strict_validation_catches_unknown_fields() -> None:
     m = build_rayjob_manifest(S, spec())
     m["spec"]["shutdownAfterJobsFinish"] = True
@@ -86,6 +99,7 @@ def test_manifest_shape() -> None:
     s = m["spec"]
     assert (s["shutdownAfterJobFinishes"], s["ttlSecondsAfterFinished"], s["backoffLimit"]) == (True, 60, 1)
     assert s["activeDeadlineSeconds"] == 4 * 3600
+    assert s["preRunningDeadlineSeconds"] == 1800  # no GPU node or image in 30 min: failed, not 4 h of waiting
     assert s["entrypoint"] == (
         "python -m icebatch_job run --run-id triage-20261129T020000-abcdef --from-snapshot 123 --to-snapshot 456 "
         "--rayjob-name " + spec().name
@@ -182,3 +196,29 @@ def test_a_tensor_parallel_replica_is_one_worker_with_its_gpus_on_a_type_that_ha
 def test_tensor_parallelism_that_no_allowed_type_can_host_is_a_configuration_error() -> None:
     with pytest.raises(ConfigError, match=r"2 GPU\(s\).*ICEBATCH_GPU_INSTANCE_TYPES"):
         S.with_overrides(tensor_parallel_size=2)  # the default types have one GPU each
+
+
+def _ended(manifest: dict, **status: str) -> dict:
+    return {**manifest, "status": {"jobDeploymentStatus": "Failed", "endTime": "2026-11-30T03:00:00Z", **status}}
+
+
+def test_a_rayjob_whose_cluster_never_came_up_is_reported_with_where_to_look() -> None:
+    # given a RayJob KubeRay failed before its job ran (no GPU node within the start deadline)
+    m = build_rayjob_manifest(S, spec())
+    job = job_state(_ended(m, reason="PreRunningDeadlineExceeded", message="RayJob has passed the deadline"))
+    # when the reconciler reports it
+    failed = failure_event(job, TRIAGE, S, datetime.now(UTC))
+    # then the report names the deadline's setting and what to look at, and the run's range
+    assert failed.error_type == "PreRunningDeadlineExceeded" and failed.stage == "cluster" and failed.retryable
+    assert "ICEBATCH_JOB_START_DEADLINE_SECONDS" in failed.reason and "NodeClaims" in failed.reason
+    assert failed.range is not None and (failed.range.from_exclusive, failed.range.to_inclusive) == (123, 456)
+
+
+@pytest.mark.parametrize("annotated", ["+456", " 456", "4_56", "\u0664\u0665\u0666", "-1", "9" * 20])
+def test_a_range_annotation_that_is_not_plain_digits_names_no_range(annotated: str) -> None:
+    # given a failed RayJob whose to-snapshot annotation was edited into something else
+    m = build_rayjob_manifest(S, spec())
+    m["metadata"]["annotations"]["icebatch.io/to-snapshot"] = annotated
+    # when the reconciler reports it, then it names no range rather than a guessed one
+    failed = failure_event(job_state(_ended(m, reason="AppFailed")), TRIAGE, S, datetime.now(UTC))
+    assert failed.range is None

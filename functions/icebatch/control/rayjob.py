@@ -8,7 +8,8 @@
 - **Size**: the GPU worker group's replicas = the job's engine replicas (``icebatch.core.estimate``), each
   worker with ``ICEBATCH_TENSOR_PARALLEL_SIZE`` GPUs (one engine across them).
 - **Lifetime**: ``shutdownAfterJobFinishes`` with a short ``ttlSecondsAfterFinished`` (60 s, not the seed's
-  1200), an ``activeDeadlineSeconds`` and a ``backoffLimit``.
+  1200), an ``activeDeadlineSeconds``, a ``preRunningDeadlineSeconds`` (a cluster that never comes up,
+  for want of GPU capacity or an image, fails in 30 min, not at the 4 h deadline) and a ``backoffLimit``.
 - **Environment**: the job's settings (``Settings.job_environment``) and its consumer, task included.
 """
 
@@ -177,6 +178,7 @@ def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
         f"{LABEL}/backlog-rows": str(spec.backlog_rows),
         f"{LABEL}/trigger": spec.trigger,
     }
+    start_deadline = settings.kubernetes.job_start_deadline_seconds
     return {
         "apiVersion": API_VERSION,
         "kind": "RayJob",
@@ -191,6 +193,7 @@ def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": settings.cluster.job_ttl_seconds,
             "activeDeadlineSeconds": settings.kubernetes.job_deadline_seconds,
+            **({"preRunningDeadlineSeconds": start_deadline} if start_deadline else {}),
             "backoffLimit": settings.kubernetes.job_backoff_limit,
             "submissionMode": "K8sJobMode",
             "rayClusterSpec": {

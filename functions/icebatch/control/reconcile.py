@@ -27,6 +27,7 @@ from icebatch.core.consumers import Consumer
 from icebatch.core.events import BatchJobFailed, SnapshotRange
 from icebatch.core.ledger import Pending, ResultsLedger
 from icebatch.core.settings import Settings
+from icebatch.core.untrusted import whole_number
 
 log = logging.getLogger(__name__)
 REPORTED = f"{LABEL}/reported"
@@ -53,10 +54,16 @@ def _time(value: str | None) -> datetime | None:
 
 
 def _snapshot(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "", "none") else None
-    except ValueError:
-        return None
+    """A snapshot id the launcher annotated (plain digits), else None: the range is then not named."""
+    return whole_number(value) if value else None
+
+
+# what KubeRay's reason for ending a RayJob means here, and where to look
+HINTS = {
+    "PreRunningDeadlineExceeded": "its cluster was not running its job within ICEBATCH_JOB_START_DEADLINE_SECONDS: "
+    "look at GPU capacity (Karpenter's NodeClaims), the image pull and the pods' events",
+    "DeadlineExceeded": "it ran past ICEBATCH_JOB_DEADLINE_SECONDS (activeDeadlineSeconds)",
+}
 
 
 def failure_event(
@@ -65,6 +72,7 @@ def failure_event(
     """What the job would have said, from its annotations and (``pending``) the chunks its run committed."""
     to_snapshot = _snapshot(job.annotations.get(f"{LABEL}/to-snapshot"))
     mine = pending is not None and pending.run_id == job.annotations.get(f"{LABEL}/run-id")
+    hint = f"; {HINTS[job.reason]}" if job.reason in HINTS else ""
     return BatchJobFailed(
         deployment=settings.top.deployment,
         run_id=job.annotations.get(f"{LABEL}/run-id"),
@@ -77,7 +85,7 @@ def failure_event(
         )
         if to_snapshot is not None
         else None,
-        reason=f"RayJob {job.name} ended {job.failure_reason} without reporting"[:2000],
+        reason=f"RayJob {job.name} ended {job.failure_reason} without reporting{hint}"[:2000],
         error_type=(job.reason or job.job_status or "RayJobFailed")[:128],
         stage="cluster",
         retryable=True,

@@ -212,6 +212,14 @@ class KubernetesSettings(Section):
         default="icebatch-job", description="Kubernetes service account of the job pods (its IAM role: JobRole)."
     )
     job_deadline_seconds: int = Field(default=4 * 3600, ge=60, le=7 * 86400, description="`activeDeadlineSeconds`.")
+    job_start_deadline_seconds: int = Field(
+        default=1800,
+        ge=0,
+        le=7 * 86400,
+        description="`preRunningDeadlineSeconds` (KubeRay 1.6+): a RayJob whose cluster (head and GPU workers: "
+        "nodes to provision, the image to pull) is not running its job after this long fails "
+        "(`PreRunningDeadlineExceeded`) instead of waiting until `activeDeadlineSeconds` (0: no such deadline).",
+    )
     job_backoff_limit: int = Field(default=1, ge=0, le=100, description="`backoffLimit` of the RayJob.")
 
 
