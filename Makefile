@@ -93,10 +93,11 @@ sam-check: $(SAM_VENV)/.installed
 # Tiers: fast (unit, contract, functional), fault (the real job killed at chosen points, behind one small
 # vLLM server), engine + e2e (real vLLM on CPU), aws (the production path on moto, with the engine too),
 # reliability (the tests that race threads, alone and 20 times shuffled). Each runs in its own process: a
-# native crash in one cannot take the others down. Two pairs run side by side: fault beside fast then aws,
-# and reliability beside engine; a background tier's log is printed when its foreground ends. (Three tiers at
-# once on two cores starved Ray's start-up past its timeout.) The tests transform template.yaml with SAM's own translator, from SAM
-# CLI's virtualenv.
+# native crash in one cannot take the others down. Fault, the longest tier, runs beside fast, aws and
+# reliability in turn (together about as long); then engine + e2e alone (its engines and fault's vLLM server
+# would share the cores). A background tier's log is printed when its foreground ends. (Three tiers at once
+# on two cores starved Ray's start-up past its timeout.) The tests transform template.yaml with SAM's own
+# translator, from SAM CLI's virtualenv.
 export SAM_PYTHON := $(SAM_VENV)/bin/python
 FAST := not engine and not e2e and not aws and not fault
 LOGS := $(ICEBATCH_HOME)/test-logs
@@ -106,13 +107,13 @@ beside = mkdir -p $(LOGS); echo "== $(2) started in the background (log: $(LOGS)
 	fg=0; $(3) || fg=$$?; rc=0; wait $$bg || rc=$$?; \
 	echo "== $(2) (exit $$rc)"; cat $(LOGS)/$(2).log; [ $$fg -eq 0 ] && [ $$rc -eq 0 ]
 
-# fast, then aws (each in its own process; both run whatever the first gives) fit beside fault, the longest tier
-FAST_THEN_AWS = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
-	$(PY) -m pytest -m aws $(PYTEST_ARGS) || rc=1; exit $$rc )
+# fast, then aws, then reliability (each in its own process; each runs whatever the others give)
+BESIDE_FAULT = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
+	$(PY) -m pytest -m aws $(PYTEST_ARGS) || rc=1; $(MAKE) --no-print-directory reliability || rc=1; exit $$rc )
 
 test: lint sam-check
-	@$(call beside,$(PY) -m pytest -m fault $(PYTEST_ARGS),fault,$(FAST_THEN_AWS))
-	@$(call beside,$(MAKE) --no-print-directory reliability,reliability,$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS))
+	@$(call beside,$(PY) -m pytest -m fault $(PYTEST_ARGS),fault,$(BESIDE_FAULT))
+	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
 
 test-fast: env $(SAM_VENV)/.installed
 	$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS)
