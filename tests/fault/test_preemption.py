@@ -84,6 +84,12 @@ def _events(s: Settings) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def _the_event(s: Settings, detail_type: str) -> dict:
+    """The detail of the one event of this type the job emitted."""
+    [detail] = [e["detail"] for e in _events(s) if e["detail-type"] == detail_type]
+    return dict(detail)
+
+
 def _cadence(s: Settings) -> int:
     """Finished rows per commit (the rest of a chunk is the pipeline's rows in flight)."""
     return commit_every(s.progress.chunk_rows, in_flight_rows(s))
@@ -141,7 +147,7 @@ def test_sigterm_commits_the_finished_rows_and_reports_a_resumable_failure(
     job.signal(signal.SIGTERM)
     # then it exits as interrupted, having committed every row it had finished
     assert job.wait(120) == 130, job.output()[-3000:]
-    [failed] = [e["detail"] for e in _events(s) if e["detail-type"] == "Batch Job Failed"]
+    failed = _the_event(s, "Batch Job Failed")
     committed = len(_committed(ledger))
     assert committed == failed["rows_committed"] == failed["rows_processed"] > before
     assert committed % _cadence(s) != 0  # the part-chunk in hand was committed, not dropped
@@ -154,7 +160,7 @@ def test_sigterm_commits_the_finished_rows_and_reports_a_resumable_failure(
     assert resumed.result()["status"] == "completed"  # --json: stdout is the one summary, Ray's chatter elsewhere
     assert endpoint.counts["requests"] - requests == 100 - committed
     assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
-    [completed] = [e["detail"] for e in _events(s) if e["detail-type"] == "Batch Job Completed"]
+    completed = _the_event(s, "Batch Job Completed")
     assert (completed["rows"], completed["attempts"]) == (100, 2)
 
 
@@ -174,7 +180,7 @@ def test_a_job_whose_engine_stops_answering_stops_itself_and_loses_nothing(
         code = job.wait(240)
     assert code == 3, job.output()[-3000:]
     assert counts["unanswered"] > 0
-    [failed] = [e["detail"] for e in _events(s) if e["detail-type"] == "Batch Job Failed"]
+    failed = _the_event(s, "Batch Job Failed")
     first = "no result 2" if answered == 0 else "no result for 2"
     assert failed["reason"].startswith(f"stalled: {first}") and "ICEBATCH_STALL_SECONDS=20" in failed["reason"]
     assert failed["resumable"] is True and failed["retryable"] is True and failed["error_type"] == "JobStalled"
