@@ -13,7 +13,8 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
-from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANSIENT, IcebatchError, exit_status
+from icebatch.core.command_line import StrictParser, run_cli
+from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANSIENT
 from icebatch.core.json_stdout import stdout_kept_for_json
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import K8S_NAME, RUN_ID, summarize, whole_number
@@ -103,7 +104,7 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m icebatch_job", description="The icebatch job (data plane).")
+    parser = StrictParser(prog="python -m icebatch_job", description="The icebatch job (data plane).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = sub.add_parser("run", help=RUN_HELP, description=RUN_DESCRIPTION)
     add_run_arguments(run)
@@ -111,18 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        settings = Settings.from_env()
-        logging.basicConfig(level=settings.top.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-        return run_command(args, settings)
-    except (IcebatchError, KeyboardInterrupt) as e:
-        from icebatch_job.interrupts import JobStalled
+    return run_cli("icebatch-job", build_parser(), argv, _run, status_of=stalled_status)
 
-        if isinstance(e, JobStalled):  # a GPU node, an engine or a node that never came back: retry later
-            print(f"icebatch-job: {e}", file=sys.stderr)
-            return EXIT_TRANSIENT
-        status, prefix = exit_status(e)
-        print(f"icebatch-job: {prefix}: {e}", file=sys.stderr)
-        return status
+
+def _run(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    logging.basicConfig(level=settings.top.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    return run_command(args, settings)
+
+
+def stalled_status(error: BaseException) -> int | None:
+    """A stalled job (a GPU node, an engine or a node that never came back) is transient: retry later."""
+    from icebatch_job.interrupts import JobStalled
+
+    return EXIT_TRANSIENT if isinstance(error, JobStalled) else None

@@ -174,3 +174,45 @@ def test_model_tiny_reuses_the_built_model(tmp_path: Path, tiny_model: Path) -> 
 def test_contracts_check_passes_on_the_checked_in_files(tmp_path: Path) -> None:
     done = icebatch(tmp_path, "contracts", "check")
     assert done.returncode == 0 and "matches the code" in done.stdout
+
+
+def job(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
+    return subprocess.run([sys.executable, "-m", "icebatch_job", *args], capture_output=True, text=True,
+                          env={**base, "ICEBATCH_HOME": str(home)}, timeout=180)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "status", "error_type", "message"),
+    [
+        (["backlog", "--json", "--limit", "3"], {}, 2, "UsageError", "unrecognized arguments: --limit 3"),
+        (["backlog", "--json"], {"ICEBATCH_CHUNK_ROWS": "1e3"}, 2, "ConfigError", "ICEBATCH_CHUNK_ROWS"),
+        (["report", "--json"], {}, 2, "PermanentError", "no runs committed yet"),
+        (["ledger", "runs", "--json", "--consumer", "nobody"], {}, 2, "ConfigError", "'nobody'"),
+    ],
+)
+def test_a_failed_json_command_prints_one_json_document(
+    tmp_path: Path, command: list[str], env: dict[str, str], status: int, error_type: str, message: str
+) -> None:
+    # given a command asked for --json that cannot succeed (its command line, its settings, its data)
+    # when it runs
+    done = icebatch(tmp_path, *command, **env)
+    # then stdout is exactly one JSON document saying so, with the process's exit status
+    assert done.returncode == status, done.stderr
+    [document] = [json.loads(done.stdout)]
+    assert document["error"]["exit_status"] == status and document["error"]["type"] == error_type
+    assert message in document["error"]["message"]
+    # and stderr still has the one line a person reads, without a traceback
+    assert message in done.stderr and "Traceback" not in done.stderr
+    # and without --json, stdout stays empty
+    plain = icebatch(tmp_path, *[word for word in command if word != "--json"], **env)
+    assert (plain.returncode, plain.stdout) == (status, "")
+
+
+def test_the_job_fails_its_json_contract_neither(tmp_path: Path) -> None:
+    # given the RayJob's entrypoint with --json and a value it refuses
+    done = job(tmp_path, "run", "--json", "--limit", "0")
+    # then its stdout is one JSON document with the usage error, stderr the usage
+    assert done.returncode == 2
+    assert json.loads(done.stdout)["error"]["type"] == "UsageError"
+    assert done.stderr.startswith("usage: python -m icebatch_job run")

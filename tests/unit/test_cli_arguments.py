@@ -5,21 +5,24 @@ Both parsers users type into: ``icebatch`` (the CLI) and ``python -m icebatch_jo
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Callable, Sequence
 
 import pytest
 from icebatch.control.rayjob import job_name
 from icebatch.tools.cli import build_parser as icebatch_parser
+from icebatch.tools.cli import main as icebatch_main
 from icebatch_job.cli import build_parser as job_parser
+from icebatch_job.cli import main as job_main
 
 pytestmark = pytest.mark.unit
 
 
-def _refused(parser: argparse.ArgumentParser, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    with pytest.raises(SystemExit) as exit_:
-        parser.parse_args(argv)
-    assert exit_.value.code == 2
-    return capsys.readouterr().err
+def _refused(main: Callable[[Sequence[str]], int], argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The command's stderr, once it refused ``argv`` as a user typing it would see: status 2, its usage."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: ")
+    return err
 
 
 @pytest.mark.parametrize(
@@ -43,12 +46,17 @@ def _refused(parser: argparse.ArgumentParser, argv: list[str], capsys: pytest.Ca
         (["ledger", "reset", "--to-snapshot", "none", "--reason", ""], "give 1 to 500 printable characters"),
         (["ledger", "reset", "--to-snapshot", "none", "--reason", "x" * 501], "give 1 to 500 printable characters"),
         (["ledger", "reset", "--to-snapshot", "none", "--reason", "a\nb"], "give 1 to 500 printable characters"),
+        # options are not abbreviated: `--js` was taken for `--json`, `--dry` for `--dry-run`, `--for` for `--force`
+        (["backlog", "--js"], "unrecognized arguments: --js"),
+        (["launch", "--dry"], "unrecognized arguments: --dry"),
+        (["launch", "--for"], "unrecognized arguments: --for"),
+        (["ledger", "reset", "--to", "none", "--reason", "x"], "the following arguments are required: --to-snapshot"),
     ],
 )
 def test_the_cli_refuses_what_is_not_written_plainly(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert message in _refused(icebatch_parser(), argv, capsys)
+    assert message in _refused(icebatch_main, argv, capsys)
 
 
 def test_the_cli_takes_what_is_written_plainly() -> None:
@@ -69,12 +77,13 @@ def test_the_cli_takes_what_is_written_plainly() -> None:
         # the RayJob's name goes into the run's completion event, built after the last commit
         (["run", "--rayjob-name", "x" * 300], "is not a Kubernetes object name"),
         (["run", "--rayjob-name", "Job\nName"], "is not a Kubernetes object name"),
+        (["run", "--lim", "5"], "unrecognized arguments: --lim 5"),
     ],
 )
 def test_the_job_refuses_what_is_not_written_plainly(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert message in _refused(job_parser(), argv, capsys)
+    assert message in _refused(job_main, argv, capsys)
 
 
 def test_the_job_takes_what_the_launcher_passes() -> None:

@@ -3,7 +3,8 @@
 Every command reads the same settings (``ICEBATCH_*`` environment variables, see ``icebatch config``)
 and the same consumers file, and calls the same code the Lambdas and the job run. Errors are one line on
 stderr with the fix; exit statuses are in ``icebatch.core.errors`` (0 done, 1 the job failed, 2 bad input
-or configuration, 3 a dependency is unavailable, 5 the job's range was already covered).
+or configuration, 3 a dependency is unavailable, 5 the job's range was already covered). With ``--json`` a
+failure is also one JSON document on stdout (``icebatch.core.command_line``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from icebatch.core.errors import IcebatchError, exit_status
+from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.settings import Settings
 from icebatch.tools.cli import data, jobs, launch, meta
 from icebatch.tools.cli.common import Handler
@@ -33,7 +34,7 @@ consumers file (functions/consumers/consumers.yaml, or ICEBATCH_CONSUMERS_FILE).
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = StrictParser(
         prog="icebatch",
         description="Incremental, event-driven LLM labelling of an Iceberg table: generate data, inspect the "
         "backlog, estimate, launch and run jobs, read cost reports.",
@@ -48,18 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        settings = Settings.from_env()
-        level = logging.DEBUG if args.verbose else getattr(logging, settings.top.log_level.upper(), logging.INFO)
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-        _quiet_libraries(args.verbose)
-        handler: Handler = args.handler
-        return handler(args, settings)
-    except (IcebatchError, KeyboardInterrupt) as e:
-        status, prefix = exit_status(e)
-        print(f"icebatch: {prefix}: {e}", file=sys.stderr)
-        return status
+    return run_cli("icebatch", build_parser(), argv, _run, status_of=_job_status)
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    level = logging.DEBUG if args.verbose else getattr(logging, settings.top.log_level.upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    _quiet_libraries(args.verbose)
+    handler: Handler = args.handler
+    return handler(args, settings)
+
+
+def _job_status(error: BaseException) -> int | None:
+    from icebatch_job.cli import stalled_status  # `icebatch job run` ends as `python -m icebatch_job run` does
+
+    return stalled_status(error)
 
 
 def _quiet_libraries(verbose: bool) -> None:

@@ -1,0 +1,80 @@
+"""How a command ends when it fails: the exit status, one line on stderr, and with --json one JSON document."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import icebatch_job.cli
+import pytest
+from icebatch.core.settings import Settings
+from icebatch.tools.cli import data
+from icebatch.tools.cli import main as icebatch_main
+from icebatch_job.interrupts import JobStalled
+
+pytestmark = pytest.mark.unit
+
+STALLED = "stalled: no result for 1800 s after the last one (ICEBATCH_STALL_SECONDS=1800; 40 rows had arrived)"
+
+
+def _stalls(_args: argparse.Namespace, _settings: Settings) -> int:
+    raise JobStalled(STALLED)
+
+
+def _has_a_bug(_args: argparse.Namespace, _settings: Settings) -> int:
+    raise RuntimeError("a bug in a handler")
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ICEBATCH_HOME", str(tmp_path))
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_icebatch_job_run_that_stalls_exits_3_as_the_rayjob_entrypoint_does(
+    as_json: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a job run (`icebatch job run`) whose engine stops answering: the run stops itself as JobStalled
+    monkeypatch.setattr(icebatch_job.cli, "run_command", _stalls)
+    # when it ends
+    status = icebatch_main(["job", "run", *(["--json"] if as_json else [])])
+    out, err = capsys.readouterr()
+    # then the status is 3 (retry later), as `python -m icebatch_job run` says, not 130 (interrupted by a person)
+    assert status == 3
+    assert err == f"icebatch: {STALLED}\n"
+    if as_json:
+        assert json.loads(out) == {"error": {"exit_status": 3, "type": "JobStalled", "message": STALLED}}
+    else:
+        assert out == ""
+
+
+def test_a_bug_under_json_still_ends_with_one_document_and_its_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a handler with a bug
+    monkeypatch.setattr(data, "cmd_backlog", _has_a_bug)
+    # when the command runs with --json
+    status = icebatch_main(["backlog", "--json"])
+    out, err = capsys.readouterr()
+    # then stdout is one JSON document, status 1, and the traceback is on stderr for whoever fixes it
+    assert status == 1
+    assert json.loads(out)["error"] == {"exit_status": 1, "type": "RuntimeError", "message": "a bug in a handler"}
+    assert "Traceback" in err and "a bug in a handler" in err
+    # and without --json, it raises as ever (Python prints the traceback, status 1)
+    with pytest.raises(RuntimeError):
+        icebatch_main(["backlog"])
+
+
+def test_an_error_message_in_the_document_is_bounded(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a handler failing with a megabyte message holding a lone surrogate
+    def huge(_args: argparse.Namespace, _settings: Settings) -> int:
+        raise RuntimeError("\ud800" + "x" * 1_000_000)
+
+    monkeypatch.setattr(data, "cmd_backlog", huge)
+    # when it ends under --json
+    assert icebatch_main(["backlog", "--json"]) == 1
+    message = json.loads(capsys.readouterr().out)["error"]["message"]
+    # then the message is cut, printable ASCII, and says how long it was
+    assert len(message) < 2100 and message.isascii() and message.endswith("(1,000,001 characters)")
