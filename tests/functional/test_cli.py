@@ -216,3 +216,15 @@ def test_the_job_fails_its_json_contract_neither(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert json.loads(done.stdout)["error"]["type"] == "UsageError"
     assert done.stderr.startswith("usage: python -m icebatch_job run")
+
+
+def test_what_a_person_reads_never_says_none(tmp_path: Path) -> None:
+    # given a table with tickets that nothing has processed yet (no watermark, no job, no run)
+    assert icebatch(tmp_path, "generate", "--tickets", "10", "--seed", "2").returncode == 0
+    # when a person reads the backlog, the estimate, a launch decision, the ledger and the settings
+    for command in (["backlog"], ["estimate"], ["launch", "--trigger", "manual", "--dry-run"], ["ledger", "runs"],
+                    ["config"]):  # fmt: skip
+        done = icebatch(tmp_path, *command)
+        # then each says what is missing in words ("none: nothing processed yet", "-"), not Python's None
+        assert done.returncode == 0, done.stderr
+        assert "None" not in done.stdout, (command, [line for line in done.stdout.splitlines() if "None" in line])

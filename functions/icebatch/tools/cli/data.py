@@ -17,6 +17,7 @@ from icebatch.tools.cli.common import (
     print_json,
     selected,
     text,
+    watermark_text,
 )
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
         age = b.oldest_pending_age_seconds()
         print(f"consumer              : {c.name} ({c.task.name} v{c.task_version})")
         print(f"source table          : {b.source_table}")
-        print(f"watermark snapshot    : {b.watermark_snapshot_id or '(none: nothing processed yet)'}")
+        print(f"watermark snapshot    : {watermark_text(b.watermark_snapshot_id)}")
         print(f"current snapshot      : {b.current_snapshot_id or '(empty table)'}")
         print(f"backlog rows          : {b.rows} in {b.snapshots} snapshot(s)")
         print(f"oldest unprocessed age: {'-' if age is None else duration(age)}")
@@ -112,7 +113,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         per_run = "-" if e["max_usd_per_run"] is None else f"${e['max_usd_per_run']:,.2f}"
         per_day = "-" if e["max_usd_per_day"] is None else f"${e['max_usd_per_day']:,.2f}"
         print(f"consumer              : {e['consumer']} (task version {e['task_version']})")
-        print(f"rows                  : {e['rows']:,} (after watermark {e['watermark_snapshot_id']})")
+        print(f"rows                  : {e['rows']:,} (after watermark {watermark_text(e['watermark_snapshot_id'])})")
         print(f"tokens (estimated)    : {e['input_tokens']:,} in, {e['output_tokens']:,} out ({e['basis']})")
         print(
             f"GPUs, GPU-hours       : {e['gpus']}, {e['gpu_hours']:.3f} "

@@ -10,7 +10,7 @@ from typing import Any
 from icebatch.core.errors import EXIT_OK, EXIT_PERMANENT
 from icebatch.core.json_stdout import stdout_kept_for_json
 from icebatch.core.settings import Settings
-from icebatch.tools.cli.common import consumer_option, print_json
+from icebatch.tools.cli.common import consumer_option, print_json, watermark_text
 
 DECISION_KEYS = ("consumer", "task_version", "trigger", "origin", "table", "watermark_snapshot_id",
                  "current_snapshot_id", "backlog_rows", "oldest_unprocessed_age_seconds", "threshold", "estimate_usd",
@@ -29,7 +29,9 @@ def print_decisions(response: dict[str, Any], *, as_json: bool, show_manifests: 
         return status
     for decision, manifest in zip(response["decisions"], response["manifests"], strict=True):
         for key in DECISION_KEYS:
-            print(f"{key:<30}: {decision.get(key)}")
+            value = decision.get(key)
+            shown = watermark_text(value) if key == "watermark_snapshot_id" else "-" if value is None else value
+            print(f"{key:<30}: {shown}")
         if show_manifests and manifest:
             print("--- RayJob manifest (kubectl apply -f - would create it) ---")
             print(yaml.safe_dump(manifest, sort_keys=False), end="")

@@ -72,7 +72,8 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
         print(f"[{name if name != 'top' else 'general'}]")
         for field, info in section.model_fields.items():
             var = Section.env_name(field)
-            print(f"  {var:<40} = {values[var]!s:<28} {info.description or ''}")
+            shown = "(not set)" if values[var] is None else env_text(values[var])  # as the variable is written
+            print(f"  {var:<40} = {shown:<28} {info.description or ''}")
     return 0
 
 
