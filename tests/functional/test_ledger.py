@@ -25,6 +25,8 @@ from icebatch.core.errors import (
 from icebatch.core.ledger import Key, ResultsLedger
 from icebatch.core.ledger import open_ledger as open_consumer_ledger
 from icebatch.core.settings import Settings
+from icebatch.tools.cli import main as icebatch_main
+from icebatch.tools.invoke import invoke
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate, generate_tickets
 from pyiceberg.expressions import EqualTo
 
@@ -601,6 +603,34 @@ def test_a_corrupt_task_version_is_not_taken_as_version_1(settings: Settings, va
     # when version 1's progress is read, then it stops naming the snapshot and the value, not moving on
     with pytest.raises(WatermarkError, match=r"ledger snapshot \d+ holds a corrupt icebatch.task-version '.*'"):
         ledger.backlog()
+
+
+def test_a_corrupt_commit_in_the_history_blocks_nothing_once_the_operator_has_reset(
+    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a processed run, a commit with a corrupt watermark after it, then the reset its error asks for
+    ledger = _processed_then(settings, lambda run: {**run, Key.WATERMARK: "+7"})
+    corrupt = ledger.results().metadata.current_snapshot().snapshot_id
+    with pytest.raises(WatermarkError, match="icebatch ledger reset"):
+        ledger.backlog()
+    ledger.reset(ledger.source().metadata.current_snapshot().snapshot_id, reason="after a bad commit")
+    _append(ledger, 4, seed=9)
+    # when the launcher decides (it reads the runs for its estimate and the day's spend)
+    monkeypatch.setenv("ICEBATCH_HOME", str(settings.top.home))
+    response = invoke("launcher", {"action": "launch", "force": True, "dry_run": True, "consumer": "triage"}, settings)
+    # then it decides on the new rows, not the old error
+    [decision] = response["decisions"]
+    assert (decision["decision"], decision["backlog_rows"]) == ("dry_run", 4), response
+    # and the runs list the corrupt commit as such, with its figures (the day's spend still counts them)
+    runs = ledger.runs()
+    [bad] = [r for r in runs if r.ledger_snapshot_id == corrupt]
+    assert bad.corrupt is not None and "corrupt watermark '+7'" in bad.corrupt and bad.number(Key.ROWS) == 3
+    assert [r.corrupt for r in runs if r.ledger_snapshot_id != corrupt] == [None, None]
+    # and a person sees it in `icebatch ledger runs`, while `icebatch report` reports the newest readable run
+    assert icebatch_main(["ledger", "runs", "--consumer", "triage"]) == 0
+    assert f"unreadable: ledger snapshot {corrupt} holds a corrupt watermark '+7'" in capsys.readouterr().out
+    assert icebatch_main(["report", "--consumer", "triage", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 3
 
 
 def test_generator_cli_path_appends_one_snapshot_per_batch(settings: Settings) -> None:

@@ -35,12 +35,15 @@ def completed_from_ledger(
         names = ", ".join(c.name for c in consumers)
         raise PermanentError(f"no runs committed yet for {names}: run `icebatch job run`")
     if run_id is None:
-        record, consumer, ledger = max(found, key=lambda f: f[0].committed_at_ms)
+        readable = [f for f in found if f[0].corrupt is None] or found
+        record, consumer, ledger = max(readable, key=lambda f: f[0].committed_at_ms)
     else:
         match = [f for f in found if f[0].run_id == run_id]
         if not match:
             raise PermanentError(f"run {run_id[:80]!r} is not in the ledger; `icebatch ledger runs` lists the runs")
         record, consumer, ledger = match[0]
+    if record.corrupt is not None:
+        raise PermanentError(f"run {record.run_id[:80]!r} cannot be reported: {record.corrupt}")
     return _rebuild(settings, consumer, ledger, record)
 
 

@@ -8,6 +8,7 @@ committed by older versions).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -22,6 +23,8 @@ from icebatch.core.untrusted import INT64_MAX, summarize, whole_number
 if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
+
+log = logging.getLogger(__name__)
 
 PREFIX = "icebatch."
 NONE = "none"
@@ -153,6 +156,7 @@ class RunRecord:
     task_version: int
     properties: Mapping[str, str] = field(default_factory=dict)
     range_end: int = 0  # T of the run's range (= to_snapshot_inclusive once the run is complete)
+    corrupt: str | None = None  # listed only (``listed``): why its range or version cannot be read
 
     @property
     def is_reset(self) -> bool:
@@ -397,6 +401,28 @@ def record(snap: Snapshot) -> RunRecord:
     )
 
 
+def listed(snap: Snapshot) -> RunRecord:
+    """``record`` for a listing (runs, the day's spend, estimates' priors): a commit whose range or task
+    version cannot be read is listed as corrupt, its figures kept, rather than failing every listing, and
+    the launches that read them, for as long as it stays in the history (a reset does not remove it)."""
+    try:
+        return record(snap)
+    except WatermarkError as e:
+        log.warning("listing runs: %s", e)
+        props = properties(snap)
+        return RunRecord(
+            run_id=props.get(Key.RUN_ID, ""),
+            ledger_snapshot_id=snap.snapshot_id,
+            committed_at_ms=snap.timestamp_ms,
+            from_snapshot_exclusive=None,
+            to_snapshot_inclusive=0,
+            task=props.get(Key.TASK, ""),
+            task_version=0,  # unknown: no version's estimate learns from it
+            properties=props,
+            corrupt=str(e),
+        )
+
+
 def find_run(ledger_meta: TableMetadata | None, run_id: str) -> RunRecord | None:
     """The ledger snapshot that completed ``run_id`` (moved the watermark), if any."""
     if ledger_meta is None:
@@ -419,11 +445,12 @@ def find_commit(ledger_meta: TableMetadata | None, commit_id: str) -> RunRecord 
 
 
 def list_runs(ledger_meta: TableMetadata | None) -> list[RunRecord]:
-    """Completed runs (and resets) along main's ancestry, newest first, every task version (chunks: ``Pending``)."""
+    """Completed runs (and resets) along main's ancestry, newest first, every task version (chunks: ``Pending``);
+    an unreadable one is listed with ``corrupt`` set."""
     if ledger_meta is None:
         return []
     return [
-        record(s)
+        listed(s)
         for s in ancestry(ledger_meta.current_snapshot(), ledger_meta)
         if Key.RUN_ID in (props := properties(s)) and Key.WATERMARK in props
     ]

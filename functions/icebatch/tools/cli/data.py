@@ -147,6 +147,7 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
                     "output_tokens": int(r.number(Key.OUTPUT_TOKENS)),
                     "chunks": int(r.number(Key.CHUNK, 1)),
                     "attempts": int(r.number(Key.ATTEMPTS, 1)),
+                    "corrupt": r.corrupt,
                 }
             )
     if args.json:
@@ -158,8 +159,12 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
     if not rows:
         print("no runs completed yet")
     for row in rows:
+        if row["corrupt"] is not None:
+            print(f"{row['consumer']:<10} {row['run_id']:<36} unreadable: {row['corrupt']}")
+            continue
+        start = "none" if row["from_snapshot_exclusive"] is None else row["from_snapshot_exclusive"]
         print(
-            f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} {row['from_snapshot_exclusive']} -> "
+            f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} {start} -> "
             f"{row['to_snapshot_inclusive']}  rows={row['rows']} errors={row['rows_error']} "
             f"output_tokens={row['output_tokens']} chunks={row['chunks']} attempts={row['attempts']}"
         )
