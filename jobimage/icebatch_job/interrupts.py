@@ -46,9 +46,11 @@ class Interrupts:
         return self.signal is not None
 
     def install(self) -> None:
-        """Handle SIGTERM and SIGINT in this (main) thread."""
+        """Handle SIGTERM and SIGINT in this (main) thread (again after something replaced the handlers:
+        ``uninstall`` still puts back the ones from before the first install)."""
         for signum in (signal.SIGTERM, signal.SIGINT):
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+            previous = signal.signal(signum, self._on_signal)
+            self._previous.setdefault(signum, previous)
 
     def uninstall(self) -> None:
         """The previous handlers back, and no drain deadline (for a process that goes on: a test)."""
@@ -77,7 +79,10 @@ class Interrupts:
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)  # wakes a main thread that waits
 
     def _stopping(self) -> JobInterrupted:
-        return JobStalled(self.reason) if self.reason else JobInterrupted()
+        if self.reason:
+            return JobStalled(self.reason)
+        name = signal.Signals(self.signal or signal.SIGTERM).name
+        return JobInterrupted(f"by {name}; the next attempt resumes the run")
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:

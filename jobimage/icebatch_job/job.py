@@ -343,8 +343,8 @@ def stream(run: JobRun, built: BuiltPipeline) -> None:
 
 
 def _stall_watch(run: JobRun) -> StallWatch:
-    """The watch that stops a run waiting too long for a result (only where a stop can be handled: the job's
-    own process, which has ``interrupts``; an in-process run has no limit)."""
+    """The watch that stops a run waiting too long for a result (only where a stop can be handled: a run with
+    ``interrupts``, in the job's own process or the launcher's main thread; elsewhere it has no limit)."""
     limit = run.settings.progress.stall_seconds if run.interrupts is not None else 0
     return StallWatch(limit, run.interrupts.stop if run.interrupts is not None else lambda _reason: None)
 

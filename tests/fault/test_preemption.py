@@ -147,6 +147,7 @@ def test_sigterm_commits_the_finished_rows_and_reports_a_resumable_failure(
     job.signal(signal.SIGTERM)
     # then it exits as interrupted, having committed every row it had finished
     assert job.wait(120) == 130, job.output()[-3000:]
+    assert "icebatch-job: interrupted: by SIGTERM; the next attempt resumes the run" in job.output()
     failed = _the_event(s, "Batch Job Failed")
     committed = len(_committed(ledger))
     assert committed == failed["rows_committed"] == failed["rows_processed"] > before
@@ -159,6 +160,32 @@ def test_sigterm_commits_the_finished_rows_and_reports_a_resumable_failure(
     assert resumed.wait() == 0, resumed.output()[-3000:]
     assert resumed.result()["status"] == "completed"  # --json: stdout is the one summary, Ray's chatter elsewhere
     assert endpoint.counts["requests"] - requests == 100 - committed
+    assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
+    completed = _the_event(s, "Batch Job Completed")
+    assert (completed["rows"], completed["attempts"]) == (100, 2)
+
+
+def test_an_in_process_job_stops_on_ctrl_c_as_the_job_process_does(job_settings: Settings) -> None:
+    # given `icebatch launch` running its job in its own process (the embedded default), paused mid-chunk
+    # with finished rows it has not committed
+    s = job_settings
+    _tickets(s, 100, seed=5)
+    ledger = _ledger(s)
+    launch = start_job(s, _consumer(s), failpoint="chunk.buffered@6", tag="launch", launch=True)
+    assert launch.wait_for_failpoint() is not None
+    # when the person who started it presses Ctrl-C
+    launch.signal(signal.SIGINT)
+    # then it exits as interrupted, having committed the rows it had finished, and says the run resumes
+    assert launch.wait(120) == 130, launch.output()[-3000:]
+    assert launch.result()["error"] == {"exit_status": 130, "type": "JobInterrupted",
+                                        "message": "by SIGINT; the next attempt resumes the run"}  # fmt: skip
+    failed = _the_event(s, "Batch Job Failed")
+    committed = len(_committed(ledger))
+    assert committed == failed["rows_committed"] == failed["rows_processed"] > 0
+    assert failed["resumable"] is True and "interrupted" in failed["reason"]
+    # and the next launch resumes the run: every row exactly once
+    again = start_job(s, _consumer(s), tag="launch-again", launch=True)
+    assert again.wait() == 0, again.output()[-3000:]
     assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
     completed = _the_event(s, "Batch Job Completed")
     assert (completed["rows"], completed["attempts"]) == (100, 2)

@@ -107,17 +107,25 @@ def start_job(
     failpoint: str | None = None,
     tag: str = "job",
     extra_env: dict[str, str] | None = None,
+    launch: bool = False,
 ) -> JobProcess:
     """``python -m icebatch_job run --json`` in its own session, with the environment a RayJob's pod gets
-    (``extra_env``: e.g. ``RAY_ADDRESS``, as KubeRay sets it for the entrypoint)."""
-    env = settings.job_environment(job_consumer=consumer.to_json(), failpoint=failpoint)
+    (``extra_env``: e.g. ``RAY_ADDRESS``, as KubeRay sets it for the entrypoint). ``launch``: instead,
+    ``icebatch launch --force`` for the consumer, which runs the job in its own process (the embedded default)."""
+    if launch:
+        env = settings.job_environment(failpoint=failpoint)
+        env["ICEBATCH_CONSUMERS_FILE"] = str(settings.launch.consumers_file)
+        command = ["-m", "icebatch.tools.cli", "launch", "--force", "--consumer", consumer.name, "--json"]
+    else:
+        env = settings.job_environment(job_consumer=consumer.to_json(), failpoint=failpoint)
+        command = ["-m", "icebatch_job", "run", "--json"]
     env.update({k: os.environ[k] for k in ("PATH", "PYTHONPATH", "HOME", "HF_HUB_OFFLINE") if k in os.environ})
     env.update(extra_env or {})
     log = settings.home / f"{tag}-{time.monotonic_ns()}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "icebatch_job", "run", "--json"],
+            [sys.executable, *command],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,

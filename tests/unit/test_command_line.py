@@ -78,3 +78,16 @@ def test_an_error_message_in_the_document_is_bounded(
     message = json.loads(capsys.readouterr().out)["error"]["message"]
     # then the message is cut, printable ASCII, and says how long it was
     assert len(message) < 2100 and message.isascii() and message.endswith("(1,000,001 characters)")
+
+
+def test_ctrl_c_outside_a_job_is_one_plain_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a command interrupted by Ctrl-C (a bare KeyboardInterrupt, no message)
+    def interrupted(_args: argparse.Namespace, _settings: Settings) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data, "cmd_backlog", interrupted)
+    # when it ends, then it says so in one line, without a dangling colon, and exits 130
+    assert icebatch_main(["backlog"]) == 130
+    assert capsys.readouterr().err == "icebatch: interrupted\n"

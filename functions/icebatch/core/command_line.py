@@ -70,7 +70,7 @@ def fail(program: str, error: BaseException, *, as_json: bool, status: int | Non
     elif isinstance(error, (IcebatchError, KeyboardInterrupt)):
         if status is None:
             status, prefix = exit_status(error)
-            print(f"{program}: {prefix}: {error}", file=sys.stderr)
+            print(f"{program}: {prefix}: {error}" if str(error) else f"{program}: {prefix}", file=sys.stderr)
         else:
             print(f"{program}: {error}", file=sys.stderr)
     else:  # a bug: the traceback is what helps (its lines bounded and printable too)

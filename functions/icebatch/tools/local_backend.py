@@ -14,16 +14,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from icebatch.control.backends import JobBackend, Submission
 from icebatch.control.jobs import JobState
 from icebatch.control.rayjob import JobSpec, job_env, labels
 from icebatch.core.errors import ClusterUnavailableError, ConfigError
 from icebatch.core.settings import Settings
+
+if TYPE_CHECKING:
+    from icebatch_job.interrupts import Interrupts
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +132,9 @@ class LocalBackend(JobBackend):
             with log_path.open("a") as f:
                 f.write(text + "\n")
 
+        interrupts = _interrupts(settings)
         try:
-            result = run_job(settings, request, out=job_log)
+            result = run_job(settings, request, out=job_log, interrupts=interrupts)
         except BaseException as e:
             record.update(status="FAILED", reason=type(e).__name__, message=str(e)[:500], end_time=_now())
             _write(path, record)
@@ -137,6 +142,9 @@ class LocalBackend(JobBackend):
                 log.error("local job %s failed: %s", spec.name, e)
                 return Submission(spec.name, created=True, detail=f"ran in-process: failed ({type(e).__name__})")
             raise
+        finally:
+            if interrupts is not None:
+                interrupts.uninstall()
         record.update(
             status="SUCCEEDED" if result.status != "conflict" else "STOPPED",
             end_time=_now(),
@@ -234,6 +242,19 @@ class LocalBackend(JobBackend):
                 record["end_time"] = _now()
             _write(path, record)
         return None
+
+
+def _interrupts(settings: Settings) -> Interrupts | None:
+    """SIGTERM/SIGINT (Ctrl-C) stop an in-process job as they stop the job's own process: the finished rows
+    committed, a resumable failure reported; so does a stall (``ICEBATCH_STALL_SECONDS``). Only from the
+    main thread, where signals arrive (a launcher called from another thread runs the job without them)."""
+    from icebatch_job.interrupts import Interrupts
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    interrupts = Interrupts(settings.progress.drain_seconds)
+    interrupts.install()
+    return interrupts
 
 
 def start_local_head(settings: Settings) -> None:
