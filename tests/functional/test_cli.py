@@ -228,3 +228,17 @@ def test_what_a_person_reads_never_says_none(tmp_path: Path) -> None:
         # then each says what is missing in words ("none: nothing processed yet", "-"), not Python's None
         assert done.returncode == 0, done.stderr
         assert "None" not in done.stdout, (command, [line for line in done.stdout.splitlines() if "None" in line])
+
+
+@pytest.mark.parametrize(("where", "why"), [("a-file", "a file is there"), ("a-file/home", "Not a directory")])
+def test_a_home_that_cannot_be_a_folder_is_one_line_naming_the_setting(tmp_path: Path, where: str, why: str) -> None:
+    # given ICEBATCH_HOME pointing at a file, or under one
+    (tmp_path / "a-file").write_text("not a folder")
+    # when a command needs its home (the catalog, the job records, the local bus live there)
+    done = icebatch(tmp_path / where, "generate", "--tickets", "3")
+    # then it stops with one line naming the folder, why, and the setting to change; no traceback
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"icebatch: error: cannot create the folder {tmp_path / where} ({why}): "
+        "set ICEBATCH_HOME to a folder this user can write\n"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from icebatch.core.errors import CatalogUnavailableError, ConfigError, TableNotFoundError
-from icebatch.core.settings import Settings
+from icebatch.core.settings import Settings, ensure_folder
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -19,8 +19,8 @@ def open_catalog(settings: Settings, *, control_plane: bool = False) -> Catalog:
     props = settings.catalog_props(control_plane=control_plane)
     kind, name = settings.catalog.catalog_type, settings.catalog.catalog_name
     if kind == "sql":
-        settings.home.mkdir(parents=True, exist_ok=True)
-        (settings.home / "warehouse").mkdir(parents=True, exist_ok=True)
+        ensure_folder(settings.home)
+        ensure_folder(settings.home / "warehouse")
     try:
         if kind == "glue":
             return _glue_catalog(name, props)

@@ -633,6 +633,24 @@ def _default(info: FieldInfo) -> Any:
     return info.get_default(call_default_factory=True)
 
 
+def ensure_folder(path: Path, *, setting: str = "ICEBATCH_HOME") -> Path:
+    """``path``, created if missing, that this process can write; else a ConfigError naming ``setting``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        why = "a file is there" if path.is_file() else e.strerror
+        raise ConfigError(
+            f"cannot create the folder {untrusted.summarize(str(path), 200)} ({why}): "
+            f"set {setting} to a folder this user can write"
+        ) from e
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"cannot write in the folder {untrusted.summarize(str(path), 200)}: set {setting} to a folder this "
+            "user can write"
+        )
+    return path
+
+
 def env_text(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value)

@@ -24,7 +24,7 @@ from icebatch.control.backends import JobBackend, Submission
 from icebatch.control.jobs import JobState
 from icebatch.control.rayjob import JobSpec, job_env, labels
 from icebatch.core.errors import ClusterUnavailableError, ConfigError
-from icebatch.core.settings import Settings
+from icebatch.core.settings import Settings, ensure_folder
 
 if TYPE_CHECKING:
     from icebatch_job.interrupts import Interrupts
@@ -63,7 +63,7 @@ class LocalBackend(JobBackend):
         return states
 
     def submit(self, manifest: dict[str, Any], spec: JobSpec) -> Submission:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_folder(self.dir)
         path = self.dir / f"{spec.name}.json"
         record = {
             "name": spec.name,

@@ -21,7 +21,7 @@ from typing import Any
 from icebatch.core.bus import EventPublisher
 from icebatch.core.events import _Detail, envelope
 from icebatch.core.rules import PATTERNS, fill, matches
-from icebatch.core.settings import Settings
+from icebatch.core.settings import Settings, ensure_folder
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class LocalBus(EventPublisher):
         return str(event["id"])
 
     def deliver(self, event: dict[str, Any]) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
+        ensure_folder(self.home)
         with (self.home / "events.jsonl").open("a") as f:
             f.write(json.dumps(event) + "\n")
         for pattern, target in self.rules:
