@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -49,12 +50,39 @@ def test_a_job_reads_its_one_consumer_from_the_launcher_not_from_a_file(tmp_path
         ("consumers: [{name: a, task: tasks/triage.json}, {name: a, task: tasks/triage.json}]", "share the name 'a'"),
         ("consumers: [{name: a, task: tasks/triage.json, results_table: support.tickets}]", "cannot be the source"),
         ("consumers: [{name: a, task: tasks/triage.json, budget: {max_usd_per_run: -1}}]", "greater than 0"),
-        ("consumers: {", "is not YAML"),
+        ("consumers: {", r"is not YAML: expected .* \(line 1, column 13\)$"),
+        # a key given twice is ambiguous (PyYAML keeps the last one): the threshold would silently be 1000
+        (
+            "consumers:\n- name: a\n  task: tasks/triage.json\n  backlog_threshold: 10\n  backlog_threshold: 1000\n",
+            r"consumers.yaml: key 'backlog_threshold' is given twice \(ambiguous\) \(line 5, column 3\)",
+        ),
+        ("consumers: [{name: a, task: tasks}]", "entry 1: task file .*tasks is a folder, not a file"),
+        ("consumers: [{name: a, task: tasks/latin1.json}]", r"entry 1: task file .*latin1.json is not UTF-8 text"),
+        ("consumers: [{name: a, task: tasks/twice.json}]", "entry 1: task file .*twice.json: duplicate key 'version'"),
     ],
 )
 def test_a_bad_consumers_file_is_one_clear_error(tmp_path: Path, body: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        load_consumers(write(tmp_path, body))
+    # given a consumers file (and its task files) with a mistake in it
+    settings = write(tmp_path, body)
+    (tmp_path / "tasks" / "latin1.json").write_bytes('{"name": "caf\xe9"}'.encode("latin-1"))
+    (tmp_path / "tasks" / "twice.json").write_text('{"version": 1, "version": 2}')
+    # when it is loaded, then the error is one line saying which file, which entry and what is wrong
+    with pytest.raises(ConfigError, match=message) as error:
+        load_consumers(settings)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("where", ["folder", "not-utf8"])
+def test_a_consumers_file_that_is_not_a_text_file_is_one_clear_error(tmp_path: Path, where: str) -> None:
+    # given ICEBATCH_CONSUMERS_FILE naming a folder, or a file that is not UTF-8
+    (tmp_path / "not-utf8").write_bytes(b"\xff\xfe consumers")
+    (tmp_path / "folder").mkdir()
+    # when the consumers are loaded, then it says what the file is and which setting names it
+    expected = (
+        "is a folder, not a file (ICEBATCH_CONSUMERS_FILE)" if where == "folder" else "is not UTF-8 text (byte 0)"
+    )
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_consumers(Settings(consumers_file=tmp_path / where))
 
 
 def test_naming_a_consumer() -> None:

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from icebatch.core import untrusted
+from icebatch.core.config_files import load_yaml, read_text
 from icebatch.core.errors import ConfigError, TaskSpecError
 from icebatch.core.settings import Settings, table_identifier
 from icebatch.core.task import MIN_PROMPT_TOKENS, TaskSpec, load_task
@@ -152,14 +153,9 @@ def _check_fits(consumer: Consumer, settings: Settings) -> None:
 
 
 def read_consumers_file(path: Path, settings: Settings) -> list[Consumer]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError as e:
-        raise ConfigError(f"consumers file {path} does not exist (ICEBATCH_CONSUMERS_FILE)") from e
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ConfigError(f"consumers file {path} is not YAML: {str(e)[:200]}") from e
+    what = f"consumers file {path}"
+    text = read_text(path, what="consumers file", hint="ICEBATCH_CONSUMERS_FILE", error=ConfigError)
+    data = load_yaml(text, what=what, error=ConfigError)
     entries = data.get("consumers") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries or len(entries) > MAX_CONSUMERS:
         raise ConfigError(f"consumers file {path} needs a `consumers:` list of 1 to {MAX_CONSUMERS} entries")

@@ -35,6 +35,7 @@ from pydantic import (
     model_validator,
 )
 
+from icebatch.core.config_files import load_json, read_text
 from icebatch.core.errors import TaskSpecError
 
 # the running example's task (functions/consumers/tasks/): ticket triage
@@ -227,12 +228,8 @@ def _text(value: Any) -> str:
 def load_task(path: Path | None = None) -> TaskSpec:
     """Load and validate a task spec; TaskSpecError says what is wrong with the file."""
     source = path or DEFAULT_TASK
-    try:
-        raw = json.loads(source.read_text())
-    except FileNotFoundError as e:
-        raise TaskSpecError(f"task file {source} does not exist (a consumer's `task:` in the consumers file)") from e
-    except json.JSONDecodeError as e:
-        raise TaskSpecError(f"task file {source} is not JSON: {e.msg} (line {e.lineno})") from e
+    text = read_text(source, what="task file", hint="a consumer's `task:` in the consumers file", error=TaskSpecError)
+    raw = load_json(text, what=f"task file {source}", error=TaskSpecError)
     try:
         return TaskSpec.model_validate(raw)
     except ValidationError as e:

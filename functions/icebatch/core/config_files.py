@@ -1,0 +1,86 @@
+"""The operator's files (the consumers file, task files), read as strictly as events and failing in one line.
+
+A file that is missing, a folder, unreadable or not UTF-8 is an error naming the file and what to fix,
+never a traceback; a YAML or JSON syntax error is one line with where it is; a key given twice
+(``backlog_threshold: 10`` then ``backlog_threshold: 1000``) is an error, not "the last one wins".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from icebatch.core.errors import InvalidEventError, PermanentError
+from icebatch.core.untrusted import loads_strict, summarize
+
+
+def read_text(path: Path, *, what: str, hint: str, error: type[PermanentError]) -> str:
+    """The UTF-8 text of ``path``; ``error`` with one line (``what`` and ``hint`` in it) if it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise error(f"{what} {path} does not exist ({hint})") from e
+    except IsADirectoryError as e:
+        raise error(f"{what} {path} is a folder, not a file ({hint})") from e
+    except UnicodeDecodeError as e:
+        raise error(f"{what} {path} is not UTF-8 text (byte {e.start})") from e
+    except OSError as e:
+        raise error(f"{what} {path} cannot be read ({e.strerror})") from e
+
+
+def load_json(text: str, *, what: str, error: type[PermanentError]) -> Any:
+    """JSON as ``loads_strict`` reads events (no duplicate keys, no NaN, bounded); ``error`` otherwise."""
+    try:
+        return loads_strict(text, what=what)
+    except InvalidEventError as e:
+        message = str(e)
+        raise error(message if message.startswith(what) else f"{what}: {message}") from e
+
+
+def load_yaml(text: str, *, what: str, error: type[PermanentError]) -> Any:
+    """YAML (the safe subset) without duplicate keys; ``error`` with one line saying where otherwise."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_loader())  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = summarize(e.problem or e.context or "invalid", 200)
+        if isinstance(e, yaml.constructor.ConstructorError):  # YAML, but not a plain document of keys and values
+            raise error(f"{what}: {problem}{where}") from e
+        raise error(f"{what} is not YAML: {problem}{where}") from e
+    except yaml.YAMLError as e:
+        raise error(f"{what} is not YAML: {summarize(str(e).splitlines()[0] if str(e) else 'invalid', 200)}") from e
+
+
+_LOADER: Any = None
+
+
+def _loader() -> Any:
+    """yaml.SafeLoader whose mappings refuse a key given twice (built once, on first use)."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        class StrictLoader(yaml.SafeLoader):
+            pass
+
+        def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = loader.construct_object(key_node)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: construct_mapping says so
+                    break
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {summarize(key, 60)!r} is given twice (ambiguous)", key_node.start_mark
+                    )
+            return loader.construct_mapping(node, deep=True)
+
+        StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+        _LOADER = StrictLoader
+    return _LOADER
