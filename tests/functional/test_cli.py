@@ -77,6 +77,9 @@ def test_invoke_missing_or_broken_event_files(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{not json")
     broken = icebatch(tmp_path, "invoke", "launcher", "-e", str(tmp_path / "bad.json"))
     assert broken.returncode == 2 and "is not JSON" in broken.stderr
+    # an endless file (a device, a pipe) is refused after the events' size limit, not read until memory runs out
+    endless = icebatch(tmp_path, "invoke", "launcher", "-e", "/dev/zero")
+    assert endless.returncode == 2 and "holds more than 262,144 bytes" in endless.stderr
 
 
 def test_invoke_an_event_for_another_table_is_ignored_exit_zero(tmp_path: Path) -> None:

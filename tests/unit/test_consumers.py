@@ -72,15 +72,19 @@ def test_a_bad_consumers_file_is_one_clear_error(tmp_path: Path, body: str, mess
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("where", ["folder", "not-utf8"])
-def test_a_consumers_file_that_is_not_a_text_file_is_one_clear_error(tmp_path: Path, where: str) -> None:
-    # given ICEBATCH_CONSUMERS_FILE naming a folder, or a file that is not UTF-8
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("folder", "is a folder, not a file (ICEBATCH_CONSUMERS_FILE)"),
+        ("not-utf8", "is not UTF-8 text (byte 0)"),
+        ("/dev/zero", "holds more than 1,048,576 bytes: is it the right file?"),  # endless: read no further
+    ],
+)
+def test_a_consumers_file_that_is_not_a_text_file_is_one_clear_error(tmp_path: Path, where: str, expected: str) -> None:
+    # given ICEBATCH_CONSUMERS_FILE naming a folder, a file that is not UTF-8, or a device that never ends
     (tmp_path / "not-utf8").write_bytes(b"\xff\xfe consumers")
     (tmp_path / "folder").mkdir()
     # when the consumers are loaded, then it says what the file is and which setting names it
-    expected = (
-        "is a folder, not a file (ICEBATCH_CONSUMERS_FILE)" if where == "folder" else "is not UTF-8 text (byte 0)"
-    )
     with pytest.raises(ConfigError, match=re.escape(expected)):
         load_consumers(Settings(consumers_file=tmp_path / where))
 

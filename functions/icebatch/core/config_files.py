@@ -13,11 +13,17 @@ from typing import Any
 from icebatch.core.errors import InvalidEventError, PermanentError
 from icebatch.core.untrusted import loads_strict, summarize
 
+MAX_CONFIG_BYTES = 1024 * 1024  # a consumers file of 50 entries, a task with its prompt and schema: kilobytes
+
 
 def read_text(path: Path, *, what: str, hint: str, error: type[PermanentError]) -> str:
     """The UTF-8 text of ``path``; ``error`` with one line (``what`` and ``hint`` in it) if it cannot be read."""
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as f:  # bounded: a device or a pipe named by mistake cannot fill memory
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise error(f"{what} {path} holds more than {MAX_CONFIG_BYTES:,} bytes: is it the right file?")
+        return data.decode("utf-8")
     except FileNotFoundError as e:
         raise error(f"{what} {path} does not exist ({hint})") from e
     except IsADirectoryError as e:

@@ -9,7 +9,7 @@ from typing import Any
 
 from icebatch.core.errors import InvalidEventError
 from icebatch.core.settings import Settings
-from icebatch.core.untrusted import loads_strict, summarize
+from icebatch.core.untrusted import MAX_EVENT_BYTES, loads_strict, summarize
 
 HANDLERS = {
     "launcher": "icebatch.control.handlers.launcher",
@@ -39,11 +39,16 @@ class LocalContext:
 def load_event(path: Path) -> Any:
     """An event file, parsed strictly (UTF-8, no duplicate keys, bounded size and depth)."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:  # at most one byte past the limit: /dev/zero or a pipe cannot fill memory
+            data = f.read(MAX_EVENT_BYTES + 1)
     except FileNotFoundError as e:
         raise InvalidEventError(f"event file {summarize(str(path))} does not exist") from e
     except OSError as e:
         raise InvalidEventError(f"event file {summarize(str(path))} cannot be read: {e.strerror}") from e
+    if len(data) > MAX_EVENT_BYTES:
+        raise InvalidEventError(
+            f"event file {summarize(str(path))} holds more than {MAX_EVENT_BYTES:,} bytes; events are at most that"
+        )
     return loads_strict(data, what=f"event file {summarize(str(path))}")
 
 
