@@ -29,6 +29,7 @@ from icebatch.core.failpoints import arm
 from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan, RunTotals, open_ledger
 from icebatch.core.report import completed_text, incremental_state
 from icebatch.core.settings import Settings
+from icebatch.core.untrusted import one_line
 
 from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, load_progress, run_totals
 from icebatch_job.interrupts import Interrupts, JobInterrupted, JobStalled
@@ -401,7 +402,7 @@ def completed(run: JobRun, commit: CommitResult) -> JobResult:
 def failed_event(run: JobRun, error: BaseException, *, retryable: bool) -> BatchJobFailed:
     p, c = run.plan, run.committer
     committed = len(c.done) if c else (p.resume.rows_committed if p and p.resume else 0)
-    reason = str(error) or type(error).__name__
+    reason = one_line(str(error), 2000) or type(error).__name__
     if isinstance(error, KeyboardInterrupt):
         mine = c.committed if c else 0
         why = str(error) if isinstance(error, JobStalled) else "interrupted (signal)"

@@ -17,6 +17,7 @@ from typing import Any
 from icebatch.core.consumers import Consumer
 from icebatch.core.errors import ModelUnavailableError, TransientError
 from icebatch.core.settings import Settings
+from icebatch.core.untrusted import summarize
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 MODEL_FIX = (
@@ -45,8 +46,53 @@ def check_model(settings: Settings, source: str) -> None:
     """Fail fast, with the fix, when the model cannot be read from where it is said to be."""
     if source.startswith("s3://"):
         _check_s3_model(settings, source)
-    elif not is_remote_model(source) and not (Path(source) / "config.json").is_file():
-        raise ModelUnavailableError(f"model {source!r} is not a model folder (no config.json). {MODEL_FIX}")
+    elif not is_remote_model(source):
+        if not (Path(source) / "config.json").is_file():
+            raise ModelUnavailableError(f"model {source!r} is not a model folder (no config.json). {MODEL_FIX}")
+    elif not source.startswith(("gs://", "hf://")):
+        _check_hub_model(settings, source)
+
+
+def _check_hub_model(settings: Settings, source: str) -> None:
+    """A hub id's config.json, from the cache or the hub (``HF_HUB_OFFLINE``: the cache only), as the engine
+    will load it; the engine actor would otherwise fail at its start with a page of traceback."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    from icebatch_job.runtime import hub_access
+
+    cache, offline, endpoint = hub_access(settings)
+    try:
+        hf_hub_download(source, "config.json", cache_dir=cache, local_files_only=offline, endpoint=endpoint,
+                        etag_timeout=10)  # fmt: skip
+    except HFValidationError as e:
+        raise ModelUnavailableError(f"model {summarize(source, 100)!r} is not a Hugging Face id. {MODEL_FIX}") from e
+    except RepositoryNotFoundError as e:  # a gated one too (401/403): the token is what is missing
+        raise ModelUnavailableError(
+            f"model {source!r} is not on the Hugging Face hub, or it needs a token the job does not have (HF_TOKEN). "
+            f"{MODEL_FIX}"
+        ) from e
+    except LocalEntryNotFoundError as e:
+        if offline:
+            raise ModelUnavailableError(
+                f"model {source!r} is not in the Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set: download it "
+                f"there first, or unset HF_HUB_OFFLINE. {MODEL_FIX}"
+            ) from e
+        raise TransientError(
+            f"could not reach the Hugging Face hub for model {source!r} (and it is not in the cache, {cache}): retry "
+            "later, or give the job a copy it can reach (a local folder or an s3:// prefix)"
+        ) from e
+    except EntryNotFoundError as e:
+        raise ModelUnavailableError(f"model {source!r} has no config.json on the hub. {MODEL_FIX}") from e
+    except HfHubHTTPError as e:
+        why = summarize(str(e), 200)
+        raise TransientError(f"the Hugging Face hub did not answer for model {source!r}: {why}") from e
 
 
 def _split_s3(uri: str) -> tuple[str, str]:

@@ -48,7 +48,7 @@ def test_transient_errors_are_retried_with_backoff(engine_settings: Settings, se
     # given an endpoint that answers 503 to the first two attempts of every request
     with fault_proxy(server, fail_first=2) as (proxy, counts):
         s = _endpoint_settings(engine_settings, proxy, endpoint_max_retries=3)
-        generate(open_catalog(s).load_table(s.catalog.source_table), tickets=10, batches=1, seed=22)
+        generate(ensure_source_table(open_catalog(s), s.catalog.source_table), tickets=10, batches=1, seed=22)
         result = run_job(s, out=lambda _: None)
     # then every row succeeded on its third attempt
     assert result.status == "completed" and result.completed is not None
@@ -58,7 +58,7 @@ def test_transient_errors_are_retried_with_backoff(engine_settings: Settings, se
 
 def test_an_unreachable_endpoint_fails_the_run_and_keeps_the_range(engine_settings: Settings) -> None:
     s = _endpoint_settings(engine_settings, f"http://127.0.0.1:{free_port()}", endpoint_max_retries=1)
-    generate(open_catalog(s).load_table(s.catalog.source_table), tickets=6, batches=1, seed=23)
+    generate(ensure_source_table(open_catalog(s), s.catalog.source_table), tickets=6, batches=1, seed=23)
     before = ledger(s).watermark()
     with pytest.raises(TooManyErrorsError, match="gave up after 2 attempts"):
         run_job(s, out=lambda _: None)

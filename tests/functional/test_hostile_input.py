@@ -26,7 +26,7 @@ from icebatch.core.consumers import consumer_named, load_consumers
 from icebatch.core.errors import InvalidEventError
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
-from icebatch.core.untrusted import loads_strict, summarize
+from icebatch.core.untrusted import loads_strict, one_line, summarize
 from icebatch.tools.invoke import invoke
 from icebatch.tools.local_backend import LocalBackend
 from icebatch_job.results import results_schema
@@ -128,6 +128,24 @@ def test_icebatch_invoke_answers_bad_files_with_one_line(tmp_path: Path, content
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and len(lines[0]) < MAX_REASON, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_an_error_with_a_traceback_is_reported_in_one_line() -> None:
+    # given the text of a Ray error: the worker's whole traceback, ending with the exception that started it
+    text = (
+        "The actor died because of an error raised in its creation task, httpx.ConnectError: no route\n\n"
+        "ray::MapWorker.__init__() (pid=1, ip=10.0.0.1)\n"
+        '  File "/x/hub.py", line 537, in cached_files\n    hf_hub_download(\n'
+        "huggingface_hub.errors.LocalEntryNotFoundError: cannot find the requested files in the local cache\n\n"
+    )
+    # when it becomes a failure's reason, then it is one line: what happened, and what started it
+    assert one_line(text) == (
+        "The actor died because of an error raised in its creation task, httpx.ConnectError: no route ... "
+        "huggingface_hub.errors.LocalEntryNotFoundError: cannot find the requested files in the local cache"
+    )
+    # and a one-line text is kept as it is, bounded
+    assert one_line("stalled: no result") == "stalled: no result"
+    assert one_line("x" * 5000, 100).endswith("(5,000 characters)")
 
 
 def test_untrusted_text_is_summarized_printable_and_bounded() -> None:

@@ -61,6 +61,15 @@ def summarize(value: Any, limit: int = MAX_ECHO) -> str:
     return f"{escaped[:limit]}... ({len(value):,} characters)"
 
 
+def one_line(text: str, limit: int = 1000) -> str:
+    """An error's text as one bounded line: a traceback (Ray's errors carry their worker's) becomes its first
+    line and its last, the exception that started it; the whole text stays in the log it came from."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1:
+        text = f"{lines[0]} ... {lines[-1]}"
+    return summarize(text, limit)
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:

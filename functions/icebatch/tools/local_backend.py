@@ -25,6 +25,7 @@ from icebatch.control.jobs import JobState
 from icebatch.control.rayjob import JobSpec, job_env, labels
 from icebatch.core.errors import ClusterUnavailableError, ConfigError
 from icebatch.core.settings import Settings, ensure_folder
+from icebatch.core.untrusted import one_line
 
 if TYPE_CHECKING:
     from icebatch_job.interrupts import Interrupts
@@ -136,10 +137,11 @@ class LocalBackend(JobBackend):
         try:
             result = run_job(settings, request, out=job_log, interrupts=interrupts)
         except BaseException as e:
-            record.update(status="FAILED", reason=type(e).__name__, message=str(e)[:500], end_time=_now())
+            message = one_line(str(e), 500)
+            record.update(status="FAILED", reason=type(e).__name__, message=message, end_time=_now())
             _write(path, record)
             if isinstance(e, Exception):
-                log.error("local job %s failed: %s", spec.name, e)
+                log.error("local job %s failed: %s (its log: %s)", spec.name, message, log_path)
                 return Submission(spec.name, created=True, detail=f"ran in-process: failed ({type(e).__name__})")
             raise
         finally:
