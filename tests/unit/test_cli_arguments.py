@@ -5,6 +5,7 @@ Both parsers users type into: ``icebatch`` (the CLI) and ``python -m icebatch_jo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -21,7 +22,9 @@ def _refused(main: Callable[[Sequence[str]], int], argv: list[str], capsys: pyte
     """The command's stderr, once it refused ``argv`` as a user typing it would see: status 2, its usage."""
     assert main(argv) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith("usage: ")
+    assert err.startswith("usage: ")
+    # stdout: nothing, or with --json the one document that says so
+    assert out == "" if "--json" not in argv else json.loads(out)["error"]["type"] == "UsageError"
     return err
 
 
@@ -51,6 +54,8 @@ def _refused(main: Callable[[Sequence[str]], int], argv: list[str], capsys: pyte
         (["launch", "--dry"], "unrecognized arguments: --dry"),
         (["launch", "--for"], "unrecognized arguments: --for"),
         (["ledger", "reset", "--to", "none", "--reason", "x"], "the following arguments are required: --to-snapshot"),
+        # one output form: --json promises one JSON document, --markdown is not one
+        (["config", "--json", "--markdown"], "argument --markdown: not allowed with argument --json"),
     ],
 )
 def test_the_cli_refuses_what_is_not_written_plainly(

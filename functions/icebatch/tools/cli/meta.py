@@ -117,6 +117,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(handler=cmd_demo)
 
     p = sub.add_parser("config", help="list every setting, its environment variable and current value")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--markdown", action="store_true", help="the README's tables of settings and defaults")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="one JSON object: variable -> current value")
+    form.add_argument("--markdown", action="store_true", help="the README's tables of settings and defaults")
     p.set_defaults(handler=cmd_config)
