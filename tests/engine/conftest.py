@@ -27,3 +27,9 @@ def ledger(settings: Settings) -> ResultsLedger:
 def read_events(settings: Settings) -> list[dict]:
     path = settings.home / "events.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def own_settings(engine_settings: Settings, tmp_path: Path) -> Settings:
+    """``engine_settings`` with a home of the test's own: its tickets, results and events alone, in any order."""
+    return engine_settings.with_overrides(home=tmp_path / "home")

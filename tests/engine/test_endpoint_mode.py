@@ -32,8 +32,8 @@ def _endpoint_settings(base: Settings, url: str, **kw: object) -> Settings:
     return base.with_overrides(engine_mode="endpoint", endpoint_url=url + "/v1", endpoint_model="tiny", **kw)
 
 
-def test_endpoint_mode_end_to_end_with_usage_tokens(engine_settings: Settings, server: str) -> None:
-    s = _endpoint_settings(engine_settings, server, endpoint_concurrency=4)
+def test_endpoint_mode_end_to_end_with_usage_tokens(own_settings: Settings, server: str) -> None:
+    s = _endpoint_settings(own_settings, server, endpoint_concurrency=4)
     generate(ensure_source_table(open_catalog(s), s.catalog.source_table), tickets=40, batches=2, seed=21)
     result = run_job(s, out=lambda _: None)
     assert result.status == "completed" and result.completed is not None
@@ -44,10 +44,10 @@ def test_endpoint_mode_end_to_end_with_usage_tokens(engine_settings: Settings, s
     assert all(r["model"] == "tiny" and r["num_generated_tokens"] > 0 for r in rows)
 
 
-def test_transient_errors_are_retried_with_backoff(engine_settings: Settings, server: str) -> None:
+def test_transient_errors_are_retried_with_backoff(own_settings: Settings, server: str) -> None:
     # given an endpoint that answers 503 to the first two attempts of every request
     with fault_proxy(server, fail_first=2) as (proxy, counts):
-        s = _endpoint_settings(engine_settings, proxy, endpoint_max_retries=3)
+        s = _endpoint_settings(own_settings, proxy, endpoint_max_retries=3)
         generate(ensure_source_table(open_catalog(s), s.catalog.source_table), tickets=10, batches=1, seed=22)
         result = run_job(s, out=lambda _: None)
     # then every row succeeded on its third attempt
@@ -56,8 +56,8 @@ def test_transient_errors_are_retried_with_backoff(engine_settings: Settings, se
     assert counts["injected"] == 20 and counts["requests"] == 30
 
 
-def test_an_unreachable_endpoint_fails_the_run_and_keeps_the_range(engine_settings: Settings) -> None:
-    s = _endpoint_settings(engine_settings, f"http://127.0.0.1:{free_port()}", endpoint_max_retries=1)
+def test_an_unreachable_endpoint_fails_the_run_and_keeps_the_range(own_settings: Settings) -> None:
+    s = _endpoint_settings(own_settings, f"http://127.0.0.1:{free_port()}", endpoint_max_retries=1)
     generate(ensure_source_table(open_catalog(s), s.catalog.source_table), tickets=6, batches=1, seed=23)
     before = ledger(s).watermark()
     with pytest.raises(TooManyErrorsError, match="gave up after 2 attempts"):

@@ -29,9 +29,9 @@ def _results(settings: Settings) -> list[dict]:
     return table.scan().to_arrow().to_pylist()
 
 
-def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: Settings) -> None:
+def test_200_tickets_through_the_real_engine_then_nothing_new(own_settings: Settings) -> None:
     # given 200 generated tickets in 4 snapshots
-    s = engine_settings
+    s = own_settings
     table = ensure_source_table(open_catalog(s), s.catalog.source_table)
     generate(table, tickets=200, batches=4, seed=11)
     current = open_catalog(s).load_table(s.catalog.source_table).metadata.current_snapshot_id
@@ -88,9 +88,9 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(engine_settings: S
     assert "new tickets           : 0" in done.stdout
 
 
-def test_unparseable_answers_are_kept_with_status_and_raw_text(engine_settings: Settings, tmp_path: Path) -> None:
+def test_unparseable_answers_are_kept_with_status_and_raw_text(own_settings: Settings, tmp_path: Path) -> None:
     # given new tickets and a task whose max_tokens cuts every answer short
-    s = engine_settings
+    s = own_settings
     generate(ensure_source_table(open_catalog(s), s.catalog.source_table), tickets=30, batches=1, seed=12)
     spec = json.loads(DEFAULT_TASK.read_text())
     spec["sampling"]["max_tokens"] = 8
@@ -117,12 +117,12 @@ def test_unparseable_answers_are_kept_with_status_and_raw_text(engine_settings: 
 
 @pytest.mark.parametrize("where", ["folder", "hub"])
 def test_a_missing_model_fails_fast_with_a_failed_event(
-    engine_settings: Settings, tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+    own_settings: Settings, tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a model that is not where it is said to be: a local folder, or a hub id never downloaded (offline)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     source = str(tmp_path / "no-such-model") if where == "folder" else "org/never-downloaded"
-    s = engine_settings.with_overrides(model_source=source)
+    s = own_settings.with_overrides(model_source=source)
     generate(ensure_source_table(open_catalog(s), s.catalog.source_table), tickets=5, batches=1, seed=13)
     before = ledger(s).watermark()
     with pytest.raises(ModelUnavailableError, match="ICEBATCH_MODEL_SOURCE"):
