@@ -26,6 +26,7 @@ from icebatch.control.launcher import launch
 from icebatch.control.triggers import parse_trigger
 from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import load_consumers
+from icebatch.core.errors import CatalogUnavailableError
 from icebatch.core.ledger import ResultsLedger
 from icebatch.core.settings import Settings
 from icebatch.tools.invoke import invoke
@@ -450,3 +451,23 @@ def test_tokens_carry_the_partitions_real_sts_endpoint_whatever_the_override(
     url = decode_token(mint_token(session, CLUSTER, region))
     assert url.startswith(f"https://{host}/?Action=GetCallerIdentity")
     assert "X-Amz-Expires=60" in url and "x-k8s-aws-id" in url and "AKIATEST" in url
+
+
+def test_a_catalog_that_cannot_be_reached_is_retried_and_counted(
+    settings: Settings, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # given a launcher whose Glue catalog does not answer
+    down = settings.with_overrides(
+        catalog_type="glue",
+        catalog_properties={"glue.endpoint": "http://127.0.0.1:9", "glue.region": "us-east-1",
+                            "glue.access-key-id": "x", "glue.secret-access-key": "y", "glue.max-retries": "1"},
+    )  # fmt: skip
+    # when the nightly schedule fires, then the error is raised (Lambda retries, then dead-letters)
+    with pytest.raises(CatalogUnavailableError):
+        invoke("launcher", event("schedule.json"), down)
+    out, err = capfd.readouterr()
+    # and the retry is counted in the EMF it prints, so that retries show on the dashboard before dead letters
+    names = {m["Name"] for line in out.splitlines() if line.startswith("{") and "_aws" in line
+             for d in json.loads(line)["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}  # fmt: skip
+    assert "TransientErrors" in names
+    assert "No application metrics to publish" not in err

@@ -3,8 +3,8 @@
 Permanent errors (a malformed event, bad configuration, missing permissions) are logged with context,
 counted (``LaunchErrors``, ``InvalidEvents``: alarmed in template.yaml) and answered without raising,
 so that neither Lambda's async retries nor EventBridge turn them into a retry storm. Transient errors
-(catalog or Kubernetes API unavailable) are raised: the platform retries, then the on-failure
-destination keeps the event.
+(catalog or Kubernetes API unavailable) are counted (``TransientErrors``) and raised: the platform
+retries, then the on-failure destination keeps the event.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from icebatch.control.handlers import consumer_metrics, environment_settings
 from icebatch.control.launcher import LaunchDecision, LaunchOutcome
 from icebatch.control.triggers import Trigger, parse_trigger
-from icebatch.core.errors import InvalidEventError, PermanentError
+from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
 from icebatch.core.settings import Settings
 
 logger = Logger(service="icebatch-launcher")
@@ -37,6 +37,10 @@ def lambda_handler(event: Any, context: LambdaContext, settings: Settings | None
         logger.error("rejected event", extra={"error": str(e)})
         metrics.add_metric(name="InvalidEvents", unit=MetricUnit.Count, value=1)
         return {"status": "rejected", "reason": str(e), "decisions": [], "manifests": []}
+    except TransientError as e:  # the platform retries; counted, so that retries show before dead letters
+        logger.warning("launch failed, to be retried", extra={"error": str(e), "error_type": type(e).__name__})
+        metrics.add_metric(name="TransientErrors", unit=MetricUnit.Count, value=1)
+        raise
     except PermanentError as e:
         logger.error("launch failed permanently", extra={"error": str(e), "error_type": type(e).__name__})
         metrics.add_metric(name="LaunchErrors", unit=MetricUnit.Count, value=1)
