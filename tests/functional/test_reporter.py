@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 from icebatch.core.bus import EventBridgePublisher, load_publisher
 from icebatch.core.catalog import open_catalog
+from icebatch.core.errors import TransientError
 from icebatch.core.events import BatchJobCompleted
 from icebatch.core.ledger import open_ledger
 from icebatch.core.rules import PATTERNS, fill
@@ -267,3 +268,23 @@ def test_local_bus_routes_completion_to_the_reporter_and_writes_the_report(setti
     assert capsys.readouterr().out.count("[report] icebatch triage") == 1
     logged = [json.loads(line)["detail-type"] for line in (settings.home / "events.jsonl").read_text().splitlines()]
     assert logged == ["Batch Job Completed"] * 3
+
+
+def test_an_idempotency_table_out_of_reach_is_a_counted_retry(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # given a reporter whose AWS endpoint (DynamoDB, SNS) refuses connections
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    down = settings.with_overrides(
+        sns_topic_arn=f"arn:aws:sns:{REGION}:123456789012:reports", idempotency_table="icebatch-idempotency",
+        aws_endpoint_url="http://127.0.0.1:9", aws_region=REGION,
+    )  # fmt: skip
+    # when a completion event arrives, then it is a transient error (Lambda retries, then dead-letters)
+    with pytest.raises(TransientError, match="the idempotency table cannot be used"):
+        invoke("reporter", example("batch-job-completed.json"), down)
+    # and the retry is counted
+    out = capfd.readouterr().out
+    names = {m["Name"] for line in out.splitlines() if line.startswith("{") and "_aws" in line
+             for d in json.loads(line)["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}  # fmt: skip
+    assert "TransientErrors" in names

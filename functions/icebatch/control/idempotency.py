@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aws_lambda_powertools.utilities.idempotency import BasePersistenceLayer
 
+from icebatch.core.aws_clients import aws_client
 from icebatch.core.bus import load_adapter
 from icebatch.core.settings import Settings
 
@@ -17,12 +18,9 @@ FILE_PERSISTENCE = "icebatch.tools.local_reports:file_persistence"
 def persistence_for(settings: Settings) -> BasePersistenceLayer:
     """DynamoDB when a table is configured; else records in a local folder (tooling)."""
     if settings.aws.idempotency_table:
-        import boto3
         from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
-        client = boto3.client(
-            "dynamodb", region_name=settings.aws.aws_region, endpoint_url=settings.aws.aws_endpoint_url
-        )
+        client = aws_client("dynamodb", settings)
         return DynamoDBPersistenceLayer(table_name=settings.aws.idempotency_table, boto3_client=client)
     layer: BasePersistenceLayer = load_adapter(
         FILE_PERSISTENCE, "local idempotency records (no ICEBATCH_IDEMPOTENCY_TABLE)"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from icebatch.core.aws_clients import aws_client
 from icebatch.core.bus import load_adapter
 from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
 from icebatch.core.events import EVENT_SOURCE, BatchJobCompleted, BatchJobFailed
@@ -160,11 +161,7 @@ def load_notifier(settings: Settings, *, client: Any = None) -> Notifier:
     """SNS when a topic is configured; else the local reports folder (tooling)."""
     if settings.aws.sns_topic_arn:
         if client is None:
-            import boto3
-
-            client = boto3.client(
-                "sns", region_name=settings.aws.aws_region, endpoint_url=settings.aws.aws_endpoint_url
-            )
+            client = aws_client("sns", settings)
         return SnsNotifier(client, settings.aws.sns_topic_arn)
     notifier: Notifier = load_adapter(FILE_NOTIFIER, "the local reports folder (no ICEBATCH_SNS_TOPIC_ARN)")(settings)
     return notifier

@@ -68,7 +68,7 @@ def load_publisher(settings: Settings, *, client: Any = None) -> EventPublisher:
         publisher: EventPublisher = load_adapter(LOCAL_BUS, "the local event bus (ICEBATCH_EVENT_BUS=local)")(settings)
         return publisher
     if client is None:
-        import boto3
+        from icebatch.core.aws_clients import aws_client
 
-        client = boto3.client("events", region_name=settings.aws.aws_region, endpoint_url=settings.aws.aws_endpoint_url)
+        client = aws_client("events", settings)
     return EventBridgePublisher(client, settings.aws.event_bus)

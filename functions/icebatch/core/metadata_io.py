@@ -40,7 +40,8 @@ class MetadataFileIO(FileIO):
     def s3(self) -> Any:
         if self._s3 is None:
             import boto3
-            from botocore.config import Config
+
+            from icebatch.core.aws_clients import bounded_config
 
             p = self.properties
             self._s3 = boto3.client(
@@ -50,7 +51,7 @@ class MetadataFileIO(FileIO):
                 aws_access_key_id=p.get("s3.access-key-id") or p.get("client.access-key-id"),
                 aws_secret_access_key=p.get("s3.secret-access-key") or p.get("client.secret-access-key"),
                 aws_session_token=p.get("s3.session-token") or p.get("client.session-token"),
-                config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30),
+                config=bounded_config(),
             )
         return self._s3
 

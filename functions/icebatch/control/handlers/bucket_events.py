@@ -14,6 +14,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from icebatch.control.handlers import environment_settings
+from icebatch.core.aws_clients import aws_client
 from icebatch.core.settings import Settings
 
 logger = Logger(service="bucket-events")
@@ -34,9 +35,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext, settings: Sett
 
 
 def _s3(settings: Settings) -> Any:
-    import boto3
-
-    return boto3.client("s3", region_name=settings.aws.aws_region, endpoint_url=settings.aws.aws_endpoint_url)
+    return aws_client("s3", settings)
 
 
 def handle(event: dict[str, Any], s3: Any) -> tuple[str, dict[str, str]]:

@@ -22,6 +22,7 @@ from icebatch.control.reporter import parse_detail
 from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed
 from icebatch.core.settings import Settings
+from icebatch.core.untrusted import summarize
 
 logger = Logger(service="icebatch-reporter")
 tracer = Tracer(service="icebatch-reporter")
@@ -42,7 +43,7 @@ def lambda_handler(event: Any, context: LambdaContext, settings: Settings | None
         s = settings or environment_settings()
         detail = parse_detail(event)
         IDEMPOTENCY.register_lambda_context(context)
-        result = reporter_for(s)(event=event)
+        result = _reported(s, event)
     except InvalidEventError as e:
         logger.error("rejected event", extra={"error": str(e)})
         metrics.add_metric(name="InvalidEvents", unit=MetricUnit.Count, value=1)
@@ -59,6 +60,16 @@ def lambda_handler(event: Any, context: LambdaContext, settings: Settings | None
     metrics.add_metric(name="Reports", unit=MetricUnit.Count, value=1)
     count(detail)
     return result
+
+
+def _reported(settings: Settings, event: Any) -> dict[str, Any]:
+    """The report, sent once per run; the idempotency table out of reach is a retry, as SNS out of reach is."""
+    from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyPersistenceLayerError
+
+    try:
+        return reporter_for(settings)(event=event)
+    except IdempotencyPersistenceLayerError as e:
+        raise TransientError(f"the idempotency table cannot be used: {summarize(str(e), 300)}") from e
 
 
 def reporter_for(settings: Settings) -> Callable[..., dict[str, Any]]:
