@@ -11,6 +11,7 @@ one clear error instead of an engine actor that Ray restarts over and over.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,16 @@ def check_model(settings: Settings, source: str) -> None:
         _check_hub_model(settings, source)
 
 
+def hub_access(settings: Settings) -> tuple[Path, bool, str | None]:
+    """How the job's processes reach Hugging Face models: the cache (``HF_HOME``, as ``job_environment`` sets
+    it, unless set already), whether the cache only (``HF_HUB_OFFLINE``), and a mirror (``HF_ENDPOINT``).
+    These are Hugging Face's own variables, read as its libraries read them, not icebatch settings."""
+    environ = os.environ  # noqa: TID251
+    cache = Path(environ.get("HF_HOME") or settings.home / "cache" / "huggingface") / "hub"
+    offline = environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+    return cache, offline, environ.get("HF_ENDPOINT") or None
+
+
 def _check_hub_model(settings: Settings, source: str) -> None:
     """A hub id's config.json, from the cache or the hub (``HF_HUB_OFFLINE``: the cache only), as the engine
     will load it; the engine actor would otherwise fail at its start with a page of traceback."""
@@ -64,8 +75,6 @@ def _check_hub_model(settings: Settings, source: str) -> None:
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
     )
-
-    from icebatch_job.runtime import hub_access
 
     cache, offline, endpoint = hub_access(settings)
     try:

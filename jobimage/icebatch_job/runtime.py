@@ -53,14 +53,6 @@ def job_environment(settings: Settings, *, device: str, model: str | None = None
     return env
 
 
-def hub_access(settings: Settings) -> tuple[Path, bool, str | None]:
-    """How the job's processes reach Hugging Face models: the cache (``HF_HOME``, as ``job_environment`` sets
-    it, unless set already), whether the cache only (``HF_HUB_OFFLINE``), and a mirror (``HF_ENDPOINT``)."""
-    cache = Path(os.environ.get("HF_HOME") or settings.home / "cache" / "huggingface") / "hub"
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-    return cache, offline, os.environ.get("HF_ENDPOINT") or None
-
-
 def prepare_environment(settings: Settings, *, device: str = "cpu", model: str | None = None) -> dict[str, str]:
     """Export the job environment into this process (explicit values already set win)."""
     env = job_environment(settings, device=device, model=model)
