@@ -55,6 +55,18 @@ def any_settings(request: pytest.FixtureRequest) -> Settings:
     return request.getfixturevalue(name)  # type: ignore[no-any-return]
 
 
+@pytest.fixture
+def cli_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """For a command run in this process (``main([...])``): no ``ICEBATCH_*`` variable but a fresh
+    ``ICEBATCH_HOME``; the harness's own (``ICEBATCH_TEST_SHUFFLE``, ``ICEBATCH_TEST_REPEAT``) are not
+    settings, and the command would refuse them as it refuses any unknown one."""
+    for name in [n for n in os.environ if n.startswith("ICEBATCH_")]:
+        monkeypatch.delenv(name)
+    home = tmp_path / "cli-home"
+    monkeypatch.setenv("ICEBATCH_HOME", str(home))
+    return home
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's tiny random-weight Llama, built once per test session."""

@@ -606,7 +606,7 @@ def test_a_corrupt_task_version_is_not_taken_as_version_1(settings: Settings, va
 
 
 def test_a_corrupt_commit_in_the_history_blocks_nothing_once_the_operator_has_reset(
-    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, cli_environment: object
 ) -> None:
     # given a processed run, a commit with a corrupt watermark after it, then the reset its error asks for
     ledger = _processed_then(settings, lambda run: {**run, Key.WATERMARK: "+7"})
@@ -616,7 +616,7 @@ def test_a_corrupt_commit_in_the_history_blocks_nothing_once_the_operator_has_re
     ledger.reset(ledger.source().metadata.current_snapshot().snapshot_id, reason="after a bad commit")
     _append(ledger, 4, seed=9)
     # when the launcher decides (it reads the runs for its estimate and the day's spend)
-    monkeypatch.setenv("ICEBATCH_HOME", str(settings.top.home))
+    monkeypatch.setenv("ICEBATCH_HOME", str(settings.top.home))  # the CLI below reads this ledger
     response = invoke("launcher", {"action": "launch", "force": True, "dry_run": True, "consumer": "triage"}, settings)
     # then it decides on the new rows, not the old error
     [decision] = response["decisions"]

@@ -26,8 +26,8 @@ def _has_a_bug(_args: argparse.Namespace, _settings: Settings) -> int:
 
 
 @pytest.fixture(autouse=True)
-def _home(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ICEBATCH_HOME", str(tmp_path))
+def _environment(cli_environment: object) -> None:
+    """Each command runs in this process, with a home of its own and no other ICEBATCH_* variable."""
 
 
 @pytest.mark.parametrize("as_json", [True, False])
