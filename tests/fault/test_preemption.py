@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 from collections import Counter
 from typing import Any
@@ -196,20 +197,23 @@ def test_a_job_whose_engine_stops_answering_stops_itself_and_loses_nothing(
     job_settings: Settings, endpoint: Endpoint, answered: int
 ) -> None:
     # given an engine that answers the first `answered` requests and then nothing (0: it never answers),
-    # and a job that waits at most 20 s for a result
+    # and a job that waits at most 20 s for a result (45 s where a first result must come first: on a loaded
+    # machine Ray's start alone, part of the first wait, can take 20 s)
     s = job_settings
+    limit = 20 if answered == 0 else 45
     _tickets(s, 100, seed=7)
     ledger = _ledger(s)
     with fault_proxy(endpoint.url.removesuffix("/v1"), answer_first=answered) as (silent, counts):
-        stalled = s.with_overrides(endpoint_url=silent + "/v1", stall_seconds=20)
+        stalled = s.with_overrides(endpoint_url=silent + "/v1", stall_seconds=limit)
         job = start_job(stalled, _consumer(stalled), tag=f"stall{answered}")
         # when it runs, then it stops by itself (not at its deadline) as a stalled run: retry later
         code = job.wait(240)
     assert code == 3, job.output()[-3000:]
     assert counts["unanswered"] > 0
     failed = _the_event(s, "Batch Job Failed")
-    first = "no result 2" if answered == 0 else "no result for 2"
-    assert failed["reason"].startswith(f"stalled: {first}") and "ICEBATCH_STALL_SECONDS=20" in failed["reason"]
+    waited_for = "after the pipeline started" if answered == 0 else "after the last one"
+    assert failed["reason"].startswith("stalled: no result ") and waited_for in failed["reason"]
+    assert re.search(rf"\(ICEBATCH_STALL_SECONDS={limit}[;)]", failed["reason"]), failed["reason"]
     assert failed["resumable"] is True and failed["retryable"] is True and failed["error_type"] == "JobStalled"
     assert failed["stage"] == "inference"
     # ... having committed every row it had finished, and only those
