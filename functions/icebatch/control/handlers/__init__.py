@@ -6,8 +6,9 @@ container. Nothing overwrites them.
 
 Metrics: permanent errors are answered without a retry (a retry cannot succeed), so no dead letter
 records them; they are counted with the ``service`` dimension alone, which template.yaml's alarms
-watch (``PERMANENT_ERROR_METRICS``). Per-consumer figures are published per consumer
-(``consumer_metrics``), with the consumer as a dimension.
+watch (``PERMANENT_ERROR_METRICS``). Transient errors are raised for Lambda to retry, counted first
+(``count_retry``: ``TransientErrors``) so that retries show before dead letters. Per-consumer figures
+are published per consumer (``consumer_metrics``), with the consumer as a dimension.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from aws_lambda_powertools.metrics import EphemeralMetrics, Metrics
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.metrics import EphemeralMetrics, Metrics, MetricUnit
 
 from icebatch.core.settings import Settings
 
@@ -24,6 +26,15 @@ PERMANENT_ERROR_METRICS = {
     "launcher": ("LaunchErrors", "InvalidEvents"),
     "reporter": ("ReportErrors", "InvalidEvents"),
 }
+
+
+TRANSIENT_ERROR_METRIC = "TransientErrors"
+
+
+def count_retry(logger: Logger, metrics: Metrics, what: str, error: Exception) -> None:
+    """Log and count a transient failure of ``what`` that the caller re-raises for Lambda to retry."""
+    logger.warning(f"{what} failed, to be retried", extra={"error": str(error), "error_type": type(error).__name__})
+    metrics.add_metric(name=TRANSIENT_ERROR_METRIC, unit=MetricUnit.Count, value=1)
 
 
 @functools.cache

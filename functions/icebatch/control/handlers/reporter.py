@@ -17,7 +17,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from icebatch.control.handlers import consumer_metrics, environment_settings
+from icebatch.control.handlers import consumer_metrics, count_retry, environment_settings
 from icebatch.control.reporter import parse_detail
 from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed
@@ -48,9 +48,8 @@ def lambda_handler(event: Any, context: LambdaContext, settings: Settings | None
         logger.error("rejected event", extra={"error": str(e)})
         metrics.add_metric(name="InvalidEvents", unit=MetricUnit.Count, value=1)
         return {"status": "rejected", "reason": str(e)}
-    except TransientError as e:  # the platform retries; counted, so that retries show before dead letters
-        logger.warning("report failed, to be retried", extra={"error": str(e), "error_type": type(e).__name__})
-        metrics.add_metric(name="TransientErrors", unit=MetricUnit.Count, value=1)
+    except TransientError as e:  # the platform retries
+        count_retry(logger, metrics, "report", e)
         raise
     except PermanentError as e:
         logger.error("report failed permanently", extra={"error": str(e), "error_type": type(e).__name__})
