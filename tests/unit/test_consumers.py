@@ -57,6 +57,8 @@ def test_a_job_reads_its_one_consumer_from_the_launcher_not_from_a_file(tmp_path
             r"consumers.yaml: key 'backlog_threshold' is given twice \(ambiguous\) \(line 5, column 3\)",
         ),
         ("consumers: [{name: a, task: tasks}]", "entry 1: task file .*tasks is a folder, not a file"),
+        # a task path holding a newline is quoted escaped: the error stays one line
+        ('consumers: [{name: a, task: "x\\ny.json"}]', r"entry 1: task file .*x\\ny.json does not exist"),
         ("consumers: [{name: a, task: tasks/latin1.json}]", r"entry 1: task file .*latin1.json is not UTF-8 text"),
         ("consumers: [{name: a, task: tasks/twice.json}]", "entry 1: task file .*twice.json: duplicate key 'version'"),
     ],

@@ -18,20 +18,21 @@ MAX_CONFIG_BYTES = 1024 * 1024  # a consumers file of 50 entries, a task with it
 
 def read_text(path: Path, *, what: str, hint: str, error: type[PermanentError]) -> str:
     """The UTF-8 text of ``path``; ``error`` with one line (``what`` and ``hint`` in it) if it cannot be read."""
+    shown = summarize(str(path), 200)  # a path from a variable may hold anything, a newline included
     try:
         with path.open("rb") as f:  # bounded: a device or a pipe named by mistake cannot fill memory
             data = f.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
-            raise error(f"{what} {path} holds more than {MAX_CONFIG_BYTES:,} bytes: is it the right file?")
+            raise error(f"{what} {shown} holds more than {MAX_CONFIG_BYTES:,} bytes: is it the right file?")
         return data.decode("utf-8")
     except FileNotFoundError as e:
-        raise error(f"{what} {path} does not exist ({hint})") from e
+        raise error(f"{what} {shown} does not exist ({hint})") from e
     except IsADirectoryError as e:
-        raise error(f"{what} {path} is a folder, not a file ({hint})") from e
+        raise error(f"{what} {shown} is a folder, not a file ({hint})") from e
     except UnicodeDecodeError as e:
-        raise error(f"{what} {path} is not UTF-8 text (byte {e.start})") from e
+        raise error(f"{what} {shown} is not UTF-8 text (byte {e.start})") from e
     except OSError as e:
-        raise error(f"{what} {path} cannot be read ({e.strerror})") from e
+        raise error(f"{what} {shown} cannot be read ({e.strerror})") from e
 
 
 def load_json(text: str, *, what: str, error: type[PermanentError]) -> Any:
