@@ -157,7 +157,8 @@ def test_a_run_in_progress_is_not_replaced_by_another_range(settings: Settings) 
     assert pending is not None
     # when a launch for another end snapshot arrives, then it is refused and says which run to resume
     new_end = append_tickets(ledger.source(), generate_tickets(3, random.Random(5)))
-    with pytest.raises(WatermarkConflictError, match=f"run {pending.run_id}: 20 of 100 rows committed"):
+    started = rf"over \(start, {pending.to_snapshot_inclusive}\]; this job's range"  # (no watermark before it)
+    with pytest.raises(WatermarkConflictError, match=rf"run {pending.run_id}: 20 of 100 rows committed .* {started}"):
         ledger.plan(to_snapshot_inclusive=new_end)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
@@ -290,8 +291,12 @@ def test_overlapping_runs_one_wins_the_other_reports_a_conflict(settings: Settin
     # when the newer one commits first
     won = run_once(ledger, plan=newer)
     assert won is not None
-    # then the older one loses, and the watermark does not move backwards
-    with pytest.raises(WatermarkConflictError, match="moved the ledger first"):
+    # then the older one loses, saying from where (no watermark yet: in words), and the watermark stays
+    with pytest.raises(
+        WatermarkConflictError,
+        match=rf"planned from watermark \(none: nothing processed yet\) but run \S+ moved the ledger first "
+        rf"\(watermark now {newer.to_snapshot_inclusive}\)",
+    ):
         run_once(ledger, plan=older)
     assert ledger.watermark().source_snapshot_id == newer.to_snapshot_inclusive
     _assert_exactly_once(ledger)
@@ -337,8 +342,28 @@ def test_a_stale_launch_range_is_refused(settings: Settings) -> None:
     ledger = _ledger(settings)
     _append(ledger, 3)
     run_once(ledger)
-    with pytest.raises(WatermarkConflictError, match="already covered"):
+    at = ledger.watermark()
+    # when a launch computed before that run asks for the range from no watermark, then it is refused
+    with pytest.raises(WatermarkConflictError) as refused:
         ledger.plan(from_snapshot_exclusive=None)
+    assert str(refused.value) == (
+        f"the launch expected watermark (none: nothing processed yet), but the ledger is at "
+        f"{at.source_snapshot_id} (run {at.run_id}): another run already covered this range"
+    )
+
+
+def test_a_first_runs_last_commit_logs_its_watermark_in_words(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given a consumer that has processed nothing yet
+    ledger = _ledger(settings)
+    end = _append(ledger, 3)
+    # when its first run commits
+    with caplog.at_level(logging.INFO, logger="icebatch.core.ledger.ledger"):
+        run_once(ledger)
+    # then the log line says it moved from no watermark, not from "None"
+    [line] = [r.getMessage() for r in caplog.records if "ledger commit" in r.getMessage()]
+    assert f"watermark (none: nothing processed yet) -> {end}" in line and "None" not in line
 
 
 # --------------------------------------------------------------------------------------------------
@@ -631,6 +656,17 @@ def test_a_corrupt_commit_in_the_history_blocks_nothing_once_the_operator_has_re
     assert f"unreadable: ledger snapshot {corrupt} holds a corrupt watermark '+7'" in capsys.readouterr().out
     assert icebatch_main(["report", "--consumer", "triage", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == 3
+
+
+def test_a_run_whose_completing_commit_is_unreadable_is_still_found_by_reconciliation(settings: Settings) -> None:
+    # given a run, then a commit of the same run id whose watermark is corrupt
+    ledger = _processed_then(settings, lambda run: {**run, Key.WATERMARK: "+7"})
+    run_id = ledger.runs()[0].run_id
+    # when reconciliation asks whether that run completed (a failed RayJob is reported only if not)
+    found = ledger.find_run(run_id)
+    # then it did, and the record says it is unreadable (the backlog is what reports the corruption)
+    assert found is not None and found.run_id == run_id
+    assert found.corrupt is not None and "corrupt watermark '+7'" in found.corrupt
 
 
 def test_generator_cli_path_appends_one_snapshot_per_batch(settings: Settings) -> None:

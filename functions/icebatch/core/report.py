@@ -7,6 +7,17 @@ from __future__ import annotations
 
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed
 
+
+def watermark_text(snapshot_id: object) -> str:
+    """A watermark as a person reads it (logs, errors, the CLI): no watermark is not ``None``."""
+    return "(none: nothing processed yet)" if snapshot_id is None else str(snapshot_id)
+
+
+def range_text(from_exclusive: int | None, to_inclusive: int) -> str:
+    """A run's range of source snapshots, ``(W, T]``; from no watermark, ``(start, T]``."""
+    return f"({'start' if from_exclusive is None else from_exclusive}, {to_inclusive}]"
+
+
 WIDTH = 64
 
 

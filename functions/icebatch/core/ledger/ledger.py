@@ -47,6 +47,7 @@ from icebatch.core.ledger.summary import (
     list_runs,
     read_progress,
 )
+from icebatch.core.report import range_text, watermark_text
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -214,8 +215,9 @@ class ResultsLedger:
         wm = progress.watermark
         if from_snapshot_exclusive != "watermark" and from_snapshot_exclusive != wm.source_snapshot_id:
             raise WatermarkConflictError(
-                f"the launch expected watermark {from_snapshot_exclusive}, but the ledger is at "
-                f"{wm.source_snapshot_id} (run {wm.run_id}): another run already covered this range"
+                f"the launch expected watermark {watermark_text(from_snapshot_exclusive)}, but the ledger is at "
+                f"{watermark_text(wm.source_snapshot_id)}{f' (run {wm.run_id})' if wm.run_id else ''}: another run "
+                "already covered this range"
             )
         if progress.pending is not None:
             return self._resume(progress, progress.pending, to_snapshot_inclusive)
@@ -245,8 +247,9 @@ class ResultsLedger:
 
     def _resume(self, progress: Progress, pending: Pending, to_snapshot_inclusive: int | None) -> RunPlan:
         if to_snapshot_inclusive is not None and to_snapshot_inclusive != pending.to_snapshot_inclusive:
+            started = range_text(pending.from_snapshot_exclusive, pending.to_snapshot_inclusive)
             raise WatermarkConflictError(
-                f"{pending.describe()} over ({pending.from_snapshot_exclusive}, {pending.to_snapshot_inclusive}]; "
+                f"{pending.describe()} over {started}; "
                 f"this job's range (..., {to_snapshot_inclusive}] was not started. The next launch (or "
                 "`icebatch job run` without --to-snapshot) resumes that run"
             )
@@ -408,7 +411,8 @@ class ResultsLedger:
             raise CommitOutcomeUnknownError(f"commit of run {plan.run_id} acknowledged but not visible")
         log.info("ledger commit: run %s chunk %d (%d rows, %d of %d committed)%s (ledger snapshot %d)",
                  plan.run_id, chunk.number, chunk.rows, chunk.rows_committed, plan.expected_rows,
-                 f", watermark {plan.from_snapshot_exclusive} -> {plan.to_snapshot_inclusive}" if chunk.final else "",
+                 f", watermark {watermark_text(plan.from_snapshot_exclusive)} -> {plan.to_snapshot_inclusive}"
+                 if chunk.final else "",
                  landed.ledger_snapshot_id)  # fmt: skip
         return CommitResult(landed.ledger_snapshot_id, attempt), None
 
@@ -429,9 +433,9 @@ class ResultsLedger:
         self.discard(data_files)
         by = f"run {p.run_id} (part way through its range)" if p else f"run {now.watermark.run_id}"
         raise WatermarkConflictError(
-            f"run {plan.run_id} planned from watermark {plan.from_snapshot_exclusive} but {by} moved the ledger "
-            f"first (watermark now {now.watermark.source_snapshot_id}); this chunk's {chunk.rows} result rows were "
-            "discarded (that range is someone else's)"
+            f"run {plan.run_id} planned from watermark {watermark_text(plan.from_snapshot_exclusive)} but {by} moved "
+            f"the ledger first (watermark now {watermark_text(now.watermark.source_snapshot_id)}); this chunk's "
+            f"{chunk.rows} result rows were discarded (that range is someone else's)"
         )
 
     def reset(self, to_snapshot_id: int | None, *, reason: str) -> int:

@@ -424,13 +424,14 @@ def listed(snap: Snapshot) -> RunRecord:
 
 
 def find_run(ledger_meta: TableMetadata | None, run_id: str) -> RunRecord | None:
-    """The ledger snapshot that completed ``run_id`` (moved the watermark), if any."""
+    """The ledger snapshot that completed ``run_id`` (moved the watermark), if any; an unreadable one is
+    returned with ``corrupt`` set (the run did complete)."""
     if ledger_meta is None:
         return None
     for snap in sorted(ledger_meta.snapshots, key=lambda s: s.timestamp_ms, reverse=True):
         s = properties(snap)
         if s.get(Key.RUN_ID) == run_id and Key.WATERMARK in s:
-            return record(snap)
+            return listed(snap)  # it completed, readable or not (``corrupt``): the backlog reports corruption
     return None
 
 

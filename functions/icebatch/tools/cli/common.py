@@ -18,10 +18,6 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
-def watermark_text(snapshot_id: object) -> str:
-    return "(none: nothing processed yet)" if snapshot_id is None else str(snapshot_id)
-
-
 def duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"

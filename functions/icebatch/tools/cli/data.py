@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.errors import PermanentError
+from icebatch.core.report import watermark_text
 from icebatch.core.settings import Settings
 from icebatch.tools.cli.common import (
     bounded_int,
@@ -17,7 +18,6 @@ from icebatch.tools.cli.common import (
     print_json,
     selected,
     text,
-    watermark_text,
 )
 
 if TYPE_CHECKING:

@@ -9,8 +9,9 @@ from typing import Any
 
 from icebatch.core.errors import EXIT_OK, EXIT_PERMANENT
 from icebatch.core.json_stdout import stdout_kept_for_json
+from icebatch.core.report import watermark_text
 from icebatch.core.settings import Settings
-from icebatch.tools.cli.common import consumer_option, print_json, watermark_text
+from icebatch.tools.cli.common import consumer_option, print_json
 
 DECISION_KEYS = ("consumer", "task_version", "trigger", "origin", "table", "watermark_snapshot_id",
                  "current_snapshot_id", "backlog_rows", "oldest_unprocessed_age_seconds", "threshold", "estimate_usd",
