@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from icebatch.core.consumers import DEFAULT_CONSUMERS_FILE, Consumer, consumer_named, load_consumers
+from icebatch.core.consumers import (
+    DEFAULT_CONSUMERS_FILE,
+    MAX_JOB_CONSUMER_BYTES,
+    Consumer,
+    consumer_named,
+    load_consumers,
+)
 from icebatch.core.errors import ConfigError
 from icebatch.core.settings import Settings
 
@@ -136,3 +145,39 @@ def test_a_task_whose_answers_leave_no_room_for_a_prompt_is_refused_before_a_lau
     )
     with pytest.raises(ConfigError, match="raise ICEBATCH_MAX_MODEL_LEN or lower max_tokens"):
         load_consumers(job)
+
+
+def _with_system_prompt(tmp_path: Path, size: int) -> Settings:
+    """The triage consumer whose task's system prompt is ``size`` characters long."""
+    s = write(tmp_path, "consumers: [{name: a, task: tasks/long.json}]")
+    spec = json.loads((tmp_path / "tasks" / "triage.json").read_text())
+    spec["system_prompt"] = ("Label the ticket. " * (size // 18 + 1))[:size]
+    (tmp_path / "tasks" / "long.json").write_text(json.dumps(spec))
+    return s
+
+
+def test_a_task_too_long_to_hand_to_a_job_is_refused_before_a_launch(tmp_path: Path) -> None:
+    # given a task whose prompt makes the consumer larger than one environment variable can hold
+    s = _with_system_prompt(tmp_path, 140_000)
+    # when the launcher loads its consumers, then it is refused, saying why and what to change
+    with pytest.raises(
+        ConfigError,
+        match=r"consumer 'a' is 14\d,\d{3} bytes as the launcher hands it to a job .* more than the 131,049 an "
+        r"environment variable can hold .* Fix: shorten the task's prompt or output schema",
+    ):
+        load_consumers(s)
+
+
+def test_the_largest_consumer_accepted_reaches_a_job_process(tmp_path: Path) -> None:
+    # given a consumer just under the limit (its prompt grown until the next byte would be refused)
+    base = len(load_consumers(_with_system_prompt(tmp_path, 0))[0].to_json().encode())
+    consumer = load_consumers(_with_system_prompt(tmp_path, MAX_JOB_CONSUMER_BYTES - base))[0]
+    assert len(consumer.to_json().encode()) == MAX_JOB_CONSUMER_BYTES
+    # when a process starts with it in ICEBATCH_JOB_CONSUMER (as the job's pod does), then it starts and reads it
+    code = "import os; print(len(os.environ['ICEBATCH_JOB_CONSUMER']))"
+    env = {"PATH": os.environ.get("PATH", ""), "ICEBATCH_JOB_CONSUMER": consumer.to_json()}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(done.stdout) == MAX_JOB_CONSUMER_BYTES
+    # and one byte more would not have started (what the check prevents)
+    with pytest.raises(OSError, match="Argument list too long"):
+        subprocess.run(["true"], env={**env, "ICEBATCH_JOB_CONSUMER": consumer.to_json() + "x"}, check=False)

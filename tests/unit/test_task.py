@@ -153,3 +153,15 @@ def test_the_sampling_a_task_sets_is_what_the_engine_and_the_server_get(tmp_path
     )
     # and the task survives the trip to the job (ICEBATCH_JOB_CONSUMER) as it was
     assert type(task).model_validate_json(task.model_dump_json()) == task
+
+
+def test_a_task_file_is_held_to_the_size_of_a_file_not_of_an_event(tmp_path: Path) -> None:
+    # given a task file past an event's 256 KiB, by whitespace (as a generator or an editor may leave it)
+    path = tmp_path / "task.json"
+    path.write_text(DEFAULT_TASK.read_text() + " " * 300_000)
+    # when it loads, then it reads as the same task (files may hold up to 1 MiB)
+    assert load_task(path) == TASK
+    # and past a file's limit it is refused, naming that limit
+    path.write_text(DEFAULT_TASK.read_text() + " " * 1_100_000)
+    with pytest.raises(TaskSpecError, match=r"task file .*task.json holds more than 1,048,576 bytes"):
+        load_task(path)

@@ -36,9 +36,10 @@ def read_text(path: Path, *, what: str, hint: str, error: type[PermanentError]) 
 
 
 def load_json(text: str, *, what: str, error: type[PermanentError]) -> Any:
-    """JSON as ``loads_strict`` reads events (no duplicate keys, no NaN, bounded); ``error`` otherwise."""
+    """JSON as ``loads_strict`` reads events (no duplicate keys, no NaN, nesting bounded), up to the size of a
+    file; ``error`` otherwise."""
     try:
-        return loads_strict(text, what=what)
+        return loads_strict(text, what=what, max_bytes=MAX_CONFIG_BYTES)
     except InvalidEventError as e:
         message = str(e)
         raise error(message if message.startswith(what) else f"{what}: {message}") from e

@@ -31,6 +31,9 @@ from icebatch.core.task import MIN_PROMPT_TOKENS, TaskSpec, load_task
 CONSUMER_NAME = re.compile(untrusted.CONSUMER_NAME)
 DEFAULT_CONSUMERS_FILE = Path(__file__).resolve().parents[2] / "consumers" / "consumers.yaml"
 MAX_CONSUMERS = 50
+# A job gets its consumer in one environment variable (ICEBATCH_JOB_CONSUMER), and Linux refuses to start a
+# process with a variable over 128 KiB (MAX_ARG_STRLEN, name included): the pod of a RayJob would not start.
+MAX_JOB_CONSUMER_BYTES = 128 * 1024 - len("ICEBATCH_JOB_CONSUMER=") - 1
 
 
 class Budget(BaseModel):
@@ -138,7 +141,19 @@ def load_consumers(settings: Settings) -> list[Consumer]:
         consumers = read_consumers_file(settings.launch.consumers_file or DEFAULT_CONSUMERS_FILE, settings)
     for consumer in consumers:
         _check_fits(consumer, settings)
+        _check_travels(consumer)
     return consumers
+
+
+def _check_travels(consumer: Consumer) -> None:
+    """A consumer must fit in the environment variable that hands it to its job: refused before a launch."""
+    size = len(consumer.to_json().encode())
+    if size > MAX_JOB_CONSUMER_BYTES:
+        raise ConfigError(
+            f"consumer {consumer.name!r} is {size:,} bytes as the launcher hands it to a job (its task included, "
+            f"in ICEBATCH_JOB_CONSUMER), more than the {MAX_JOB_CONSUMER_BYTES:,} an environment variable can hold "
+            "(a job's process would not start). Fix: shorten the task's prompt or output schema"
+        )
 
 
 def _check_fits(consumer: Consumer, settings: Settings) -> None:

@@ -105,19 +105,19 @@ def _depth(text: str) -> int:
     return deepest
 
 
-def loads_strict(data: str | bytes, *, what: str = "event") -> Any:
+def loads_strict(data: str | bytes, *, what: str = "event", max_bytes: int = MAX_EVENT_BYTES) -> Any:
     """Parse untrusted JSON strictly (see the module docstring); InvalidEventError with one line otherwise."""
     if isinstance(data, bytes):
-        if len(data) > MAX_EVENT_BYTES:
-            raise InvalidEventError(f"{what} is {len(data):,} bytes; events are at most {MAX_EVENT_BYTES:,}")
+        if len(data) > max_bytes:
+            raise InvalidEventError(f"{what} is {len(data):,} bytes; at most {max_bytes:,} are accepted")
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise InvalidEventError(
                 f"{what} is not UTF-8 text (byte {e.start}: {data[e.start : e.start + 1]!r})"
             ) from e
-    if len(data) > MAX_EVENT_BYTES:
-        raise InvalidEventError(f"{what} is {len(data):,} characters; events are at most {MAX_EVENT_BYTES:,} bytes")
+    if len(data) > max_bytes:
+        raise InvalidEventError(f"{what} is {len(data):,} characters; at most {max_bytes:,} bytes are accepted")
     depth = _depth(data)
     if depth > MAX_DEPTH:
         raise InvalidEventError(f"{what} is nested {depth:,} levels deep; at most {MAX_DEPTH} are accepted")
