@@ -195,3 +195,21 @@ def test_grafana_dashboard_covers_gpus_ray_data_and_cost() -> None:
                    "OutputTokens", "CostUsd", "CostPer1kRowsUsd"):  # fmt: skip
         assert metric in text
     assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
+
+
+def test_grafana_dashboard_shows_every_error_the_lambdas_count() -> None:
+    # given the errors each Lambda counts (permanent ones are alarmed; transient ones Lambda retries)
+    from icebatch.control.handlers import PERMANENT_ERROR_METRICS, TRANSIENT_ERROR_METRIC
+
+    counted = {(service, name) for service, names in PERMANENT_ERROR_METRICS.items() for name in names}
+    counted |= {(service, TRANSIENT_ERROR_METRIC) for service in PERMANENT_ERROR_METRICS}
+    # when the dashboard's CloudWatch queries are read
+    board = json.loads((K8S / "grafana-dashboard.json").read_text())
+    shown = {
+        (t["dimensions"].get("service"), t["metricName"])
+        for p in board["panels"]
+        if p["datasource"]["type"] == "cloudwatch"
+        for t in p["targets"]
+    }
+    # then each of them has a line, by the dimensions it is published with (the service alone)
+    assert counted <= shown, sorted(counted - shown)
