@@ -46,6 +46,16 @@ def test_generate_then_backlog_json(tmp_path: Path) -> None:
     assert one["consumer"] == "privacy"
 
 
+def test_generate_with_more_batches_than_tickets_counts_the_batches_it_makes(tmp_path: Path) -> None:
+    # when a user asks for 3 tickets in 10 batches
+    gen = icebatch(tmp_path, "generate", "--tickets", "3", "--batches", "10")
+    # then it makes 3 snapshots of one ticket and numbers them out of 3 (not "batch 3/10", then nothing)
+    assert gen.returncode == 0, gen.stderr
+    lines = gen.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == ["batch 1/3", "batch 2/3", "batch 3/3"], gen.stdout
+    assert lines[-1] == "support.tickets: 3 tickets in 3 snapshot(s)"
+
+
 def test_launch_dry_run_json_holds_decision_and_manifest(tmp_path: Path) -> None:
     icebatch(tmp_path, "generate", "--tickets", "10")
     done = icebatch(tmp_path, "launch", "--trigger", "schedule", "--dry-run", "--json")

@@ -30,12 +30,13 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.core.catalog import open_catalog
 
     table = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+    batches = min(args.batches, args.tickets)  # a snapshot holds at least one ticket
 
     def report(i: int, size: int, sid: int) -> None:
-        print(f"batch {i}/{args.batches}: appended {size} tickets -> snapshot {sid}", flush=True)
+        print(f"batch {i}/{batches}: appended {size} tickets -> snapshot {sid}", flush=True)
 
     ids = generate(
-        table, tickets=args.tickets, batches=args.batches, seed=args.seed, interval=args.interval, on_snapshot=report
+        table, tickets=args.tickets, batches=batches, seed=args.seed, interval=args.interval, on_snapshot=report
     )
     print(f"{settings.catalog.source_table}: {args.tickets} tickets in {len(ids)} snapshot(s)")
     return 0
@@ -215,7 +216,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                        description="Append realistic support tickets, one snapshot per batch (creates the table if "
                        "needed). Prints each snapshot id.")  # fmt: skip
     p.add_argument("--tickets", type=bounded_int(1, 10_000_000), required=True, help="total number of tickets")
-    p.add_argument("--batches", type=bounded_int(1, 100_000), default=1, help="number of snapshots (default: 1)")
+    p.add_argument(
+        "--batches",
+        type=bounded_int(1, 100_000),
+        default=1,
+        help="number of snapshots, at most one per ticket (default: 1)",
+    )
     p.add_argument("--interval", type=bounded_seconds(86400), default=0.0, help="seconds to wait between batches")
     p.add_argument("--seed", type=bounded_int(0, 2**31), default=None, help="make the tickets reproducible")
     p.set_defaults(handler=cmd_generate)
