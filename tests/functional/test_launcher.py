@@ -24,9 +24,10 @@ from icebatch.control.backends.eks_auth import _CLUSTERS, cluster_info
 from icebatch.control.backends.kuberay import KubeRayBackend
 from icebatch.control.launcher import launch
 from icebatch.control.triggers import parse_trigger
+from icebatch.core import aws_clients
 from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import load_consumers
-from icebatch.core.errors import CatalogUnavailableError
+from icebatch.core.errors import CatalogUnavailableError, ClusterUnavailableError
 from icebatch.core.ledger import ResultsLedger
 from icebatch.core.settings import Settings
 from icebatch.tools.invoke import invoke
@@ -34,6 +35,7 @@ from icebatch_job.tickets import append_tickets, ensure_source_table, generate_t
 
 from tests.support.aws import REGION, client
 from tests.support.consumers import consumers_file
+from tests.support.failing_aws import failing_endpoint
 from tests.support.k8s_api import RayJobApi, sts_token_verifier
 from tests.support.runs import Crash, dies_after, run_once
 
@@ -399,6 +401,20 @@ def test_eks_describe_cluster_over_moto_is_cached(aws_endpoint: str) -> None:
     second = cluster_info(eks, "cached")
     assert first == second and first.endpoint.startswith("https://") and first.ca_file
     assert calls == ["describe"]
+
+
+def test_an_eks_api_that_does_not_answer_is_a_retry_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # given an EKS endpoint that reads a request and never answers (the launcher's clients: 1 s read timeout here)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setattr(aws_clients, "READ_TIMEOUT_SECONDS", 1)
+    with failing_endpoint("silent") as (endpoint, counts):
+        eks = boto3.client("eks", region_name=REGION, endpoint_url=endpoint, config=aws_clients.bounded_config())
+        _CLUSTERS.pop("silent", None)
+        # when the launcher describes the cluster, then it is the transient error Lambda retries (not botocore's)
+        with pytest.raises(ClusterUnavailableError, match="cannot reach the EKS API: Read timeout"):
+            cluster_info(eks, "silent")
+    assert counts["requests"] == 1 + aws_clients.MAX_RETRIES and "silent" not in _CLUSTERS
 
 
 def test_the_launcher_path_imports_no_pyarrow_ray_or_vllm(settings: Settings) -> None:

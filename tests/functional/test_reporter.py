@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from icebatch.core import aws_clients
 from icebatch.core.bus import EventBridgePublisher, load_publisher
 from icebatch.core.catalog import open_catalog
 from icebatch.core.errors import TransientError
@@ -27,6 +28,7 @@ from icebatch_job.tickets import append_tickets, ensure_source_table, generate_t
 
 from tests.support.aws import REGION, client
 from tests.support.consumers import consumers_file, triage
+from tests.support.failing_aws import failing_endpoint
 from tests.support.k8s_api import RayJobApi, sts_token_verifier
 from tests.support.runs import Crash, dies_after, run_once
 
@@ -284,6 +286,30 @@ def test_an_idempotency_table_out_of_reach_is_a_counted_retry(
     with pytest.raises(TransientError, match="the idempotency table cannot be used"):
         invoke("reporter", example("batch-job-completed.json"), down)
     # and the retry is counted
+    out = capfd.readouterr().out
+    names = {m["Name"] for line in out.splitlines() if line.startswith("{") and "_aws" in line
+             for d in json.loads(line)["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}  # fmt: skip
+    assert "TransientErrors" in names
+
+
+@pytest.mark.parametrize("failure", ["throttle", "silent"])
+def test_sns_throttling_or_not_answering_is_a_counted_retry(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], failure: str
+) -> None:
+    # given a reporter whose SNS throttles every request, or reads it and never answers (1 s read timeout)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setattr(aws_clients, "READ_TIMEOUT_SECONDS", 1)
+    with failing_endpoint(failure) as (endpoint, counts):
+        s = settings.with_overrides(
+            sns_topic_arn=f"arn:aws:sns:{REGION}:123456789012:reports", aws_endpoint_url=endpoint, aws_region=REGION
+        )
+        # when a completion event arrives, then it is a transient error (Lambda retries, then dead-letters) ...
+        with pytest.raises(TransientError, match="could not publish the report to arn:aws:sns:"):
+            invoke("reporter", example("batch-job-completed.json"), s)
+    # ... after the client's own bounded retries
+    assert counts["requests"] == 1 + aws_clients.MAX_RETRIES
+    # and the retry is counted, so that it shows before a dead letter does
     out = capfd.readouterr().out
     names = {m["Name"] for line in out.splitlines() if line.startswith("{") and "_aws" in line
              for d in json.loads(line)["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}  # fmt: skip

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from icebatch.core.aws_clients import aws_client
+from icebatch.core.aws_clients import aws_client, unreachable
 from icebatch.core.bus import load_adapter
 from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
 from icebatch.core.events import EVENT_SOURCE, BatchJobCompleted, BatchJobFailed
@@ -127,7 +127,7 @@ class SnsNotifier(Notifier):
         self.topic_arn = topic_arn
 
     def notify(self, report: CostReport) -> str:
-        from botocore.exceptions import ClientError, EndpointConnectionError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         message, cut = sns_message(report)
         if cut:
@@ -151,9 +151,11 @@ class SnsNotifier(Notifier):
                 raise PermanentError(
                     f"SNS refused the report of {report.key} ({code}): {summarize(str(e), 300)}"
                 ) from e
-            raise TransientError(f"could not publish the report to {self.topic_arn}: {e}") from e
-        except EndpointConnectionError as e:
-            raise TransientError(f"could not publish the report to {self.topic_arn}: {e}") from e
+            raise TransientError(f"could not publish the report to {self.topic_arn}: {summarize(str(e), 300)}") from e
+        except BotoCoreError as e:
+            if not unreachable(e):
+                raise
+            raise TransientError(f"could not publish the report to {self.topic_arn}: {summarize(str(e), 300)}") from e
         return str(response["MessageId"])
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from icebatch.core.settings import Settings
 
-MAX_ATTEMPTS = 3
+MAX_RETRIES = 3  # after the first attempt (botocore's ``max_attempts`` in ``retries`` counts the retries alone)
 CONNECT_TIMEOUT_SECONDS = 5
 READ_TIMEOUT_SECONDS = 30
 
@@ -22,7 +22,7 @@ def bounded_config(**changes: Any) -> Any:
     from botocore.config import Config
 
     return Config(
-        retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        retries={"max_attempts": MAX_RETRIES, "mode": "standard"},
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
         read_timeout=READ_TIMEOUT_SECONDS,
         **changes,
@@ -39,3 +39,13 @@ def aws_client(service: str, settings: Settings) -> Any:
         endpoint_url=settings.aws.aws_endpoint_url,
         config=bounded_config(),
     )
+
+
+def unreachable(error: BaseException) -> bool:
+    """An AWS call that got no answer: refused, reset, or timed out connecting or reading (a retry may help).
+
+    botocore's ``EndpointConnectionError`` is only the first of these; a timeout is another class.
+    """
+    from botocore.exceptions import ConnectionError, HTTPClientError
+
+    return isinstance(error, (ConnectionError, HTTPClientError))

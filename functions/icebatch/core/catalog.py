@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from icebatch.core.aws_clients import unreachable
 from icebatch.core.errors import CatalogUnavailableError, ConfigError, TableNotFoundError
 from icebatch.core.settings import Settings, ensure_folder
+from icebatch.core.untrusted import summarize
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -97,7 +99,7 @@ def _translate(error: Exception, catalog: Catalog) -> Exception:
     if isinstance(error, OSError):
         return CatalogUnavailableError(f"cannot reach the {kind} catalog: {error}")
     try:
-        from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+        from botocore.exceptions import ClientError, NoCredentialsError
     except ImportError:  # no AWS SDK: not a Glue catalog
         return error
     if isinstance(error, NoCredentialsError):
@@ -110,8 +112,8 @@ def _translate(error: Exception, catalog: Catalog) -> Exception:
                 "s3:GetObject on the tables' metadata (see template.yaml)"
             )
         return CatalogUnavailableError(f"the {kind} catalog failed ({code}); retrying later may help")
-    if isinstance(error, EndpointConnectionError):
-        return CatalogUnavailableError(f"cannot reach the {kind} catalog: {error}")
+    if unreachable(error):  # refused, reset, timed out
+        return CatalogUnavailableError(f"cannot reach the {kind} catalog: {summarize(str(error), 300)}")
     return error
 
 

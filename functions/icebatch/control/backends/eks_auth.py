@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from icebatch.core.aws_clients import unreachable
 from icebatch.core.errors import ClusterPermissionError, ClusterUnavailableError, ConfigError
 
 TOKEN_PREFIX = "k8s-aws-v1."
@@ -70,7 +71,7 @@ def cluster_info(eks_client: Any, cluster: str) -> ClusterInfo:
     """Endpoint and CA of the cluster (``eks:DescribeCluster``), cached for the container's life."""
     if cluster in _CLUSTERS:
         return _CLUSTERS[cluster]
-    from botocore.exceptions import ClientError, EndpointConnectionError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         described = eks_client.describe_cluster(name=cluster)["cluster"]
@@ -84,7 +85,9 @@ def cluster_info(eks_client: Any, cluster: str) -> ClusterInfo:
                 "on it (template.yaml does)"
             ) from e
         raise ClusterUnavailableError(f"eks:DescribeCluster failed ({code})") from e
-    except EndpointConnectionError as e:
+    except BotoCoreError as e:
+        if not unreachable(e):
+            raise
         raise ClusterUnavailableError(f"cannot reach the EKS API: {e}") from e
     ca_data = (described.get("certificateAuthority") or {}).get("data")
     ca_file = None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from icebatch.control.backends import JobBackend, Submission
 from icebatch.control.jobs import JobState, job_state
 from icebatch.control.rayjob import GROUP, PLURAL, VERSION, JobSpec, deployment_selector
+from icebatch.core.aws_clients import bounded_config
 from icebatch.core.errors import ClusterPermissionError, ClusterUnavailableError, ConfigError, ManifestInvalidError
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class KubeRayBackend(JobBackend):
         if k8s.k8s_api_server:
             host, ca_file = k8s.k8s_api_server, None
         else:
-            eks = session.client("eks", region_name=region, endpoint_url=aws.aws_endpoint_url)
+            eks = session.client("eks", region_name=region, endpoint_url=aws.aws_endpoint_url, config=bounded_config())
             info = cluster_info(eks, cluster)
             host, ca_file = info.endpoint, info.ca_file
         token = mint_token(session, cluster, region)

@@ -1,0 +1,51 @@
+"""An AWS endpoint that fails the way a real one can: SNS throttling every request, or any service reading a
+request and never answering."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+THROTTLED = (
+    b'<ErrorResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/"><Error><Type>Sender</Type>'
+    b"<Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>r-1</RequestId></ErrorResponse>"
+)
+
+
+@contextmanager
+def failing_endpoint(mode: str) -> Iterator[tuple[str, dict[str, int]]]:
+    """``throttle``: answer every request with SNS's 400 Throttling (query protocol); ``silent``: read it,
+    answer nothing until the server closes. Yields the endpoint and the count of requests received."""
+    counts = {"requests": 0}
+    closing = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            counts["requests"] += 1
+            if mode == "silent":
+                closing.wait()
+                return
+            self.send_response(400)
+            self.send_header("Content-Type", "text/xml")
+            self.send_header("Content-Length", str(len(THROTTLED)))
+            self.end_headers()
+            self.wfile.write(THROTTLED)
+
+        do_GET = do_POST  # REST APIs (EKS's DescribeCluster) read with GET
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", counts
+    finally:
+        closing.set()
+        server.shutdown()
+        server.server_close()
