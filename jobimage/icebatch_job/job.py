@@ -440,5 +440,9 @@ def publish(publisher: EventPublisher, event: BatchJobCompleted | BatchJobFailed
     try:
         event_id = publisher.publish(event)
         log.info("emitted %r (%s)", event.detail_type, event_id)
-    except Exception as e:  # the ledger already holds the truth; a lost event is found by reconciliation
-        log.error("could not emit %r: %r (the nightly reconciliation will report this run)", event.detail_type, e)
+    except Exception as e:  # the ledger already holds the truth: the event is not worth failing the run for
+        if isinstance(event, BatchJobCompleted):  # reconciliation reports failed jobs only
+            then = f"the run is committed: `icebatch report {event.run_id}` rebuilds its report"
+        else:
+            then = "the nightly reconciliation reports the job if it failed"
+        log.error("could not emit %r: %s; %s", event.detail_type, one_line(str(e), 300), then)

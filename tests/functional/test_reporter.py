@@ -6,6 +6,7 @@ Also the nightly reconciliation of jobs that died without an event, against the 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import uuid
 from collections.abc import Iterator
@@ -19,11 +20,12 @@ from icebatch.core import aws_clients
 from icebatch.core.bus import EventBridgePublisher, load_publisher
 from icebatch.core.catalog import open_catalog
 from icebatch.core.errors import TransientError
-from icebatch.core.events import BatchJobCompleted
+from icebatch.core.events import BatchJobCompleted, BatchJobFailed
 from icebatch.core.ledger import open_ledger
 from icebatch.core.rules import PATTERNS, fill
 from icebatch.core.settings import Settings
 from icebatch.tools.invoke import invoke
+from icebatch_job.job import publish
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.aws import REGION, client
@@ -314,3 +316,27 @@ def test_sns_throttling_or_not_answering_is_a_counted_retry(
     names = {m["Name"] for line in out.splitlines() if line.startswith("{") and "_aws" in line
              for d in json.loads(line)["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}  # fmt: skip
     assert "TransientErrors" in names
+
+
+@pytest.mark.parametrize("kind", ["completed", "failed"])
+def test_an_event_the_job_cannot_send_is_logged_with_what_happens_next(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    # given the job's EventBridge publisher at an endpoint that refuses connections
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    down = settings.with_overrides(aws_endpoint_url="http://127.0.0.1:9", aws_region=REGION)
+    publisher = EventBridgePublisher(aws_clients.aws_client("events", down), "icebatch")
+    model = BatchJobCompleted if kind == "completed" else BatchJobFailed
+    detail = model.model_validate(example(f"batch-job-{kind}.json")["detail"])
+    # when the job emits its event at the end of a run, then the run does not fail for it ...
+    with caplog.at_level(logging.ERROR, logger="icebatch_job.job"):
+        publish(publisher, detail)
+    # ... and the log says what becomes of the report: a completed run's is rebuilt from the ledger (nothing
+    # reports a job that succeeded), a failed job is reported by the nightly reconciliation
+    [line] = [r.getMessage() for r in caplog.records if r.name == "icebatch_job.job"]
+    assert line.startswith(f"could not emit {detail.detail_type!r}: Could not connect to the endpoint URL")
+    if kind == "completed":
+        assert line.endswith(f"the run is committed: `icebatch report {detail.run_id}` rebuilds its report")
+    else:
+        assert line.endswith("the nightly reconciliation reports the job if it failed")
