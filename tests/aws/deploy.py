@@ -19,17 +19,16 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from tests.support.aws import CREDS, REGION, client
 from tests.support.cfn import Stack
+from tests.support.http_server import QuietHandler, serving
 from tests.support.sam_translate import translated
 
 ACCOUNT = "123456789012"
@@ -164,9 +163,8 @@ def _cloudformation_responses() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """The presigned URL a custom resource answers to."""
     answers: list[dict[str, Any]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
+    class Handler(QuietHandler):
+        protocol_version = "HTTP/1.0"  # as before: the custom resource's PUT closes its connection
 
         def do_PUT(self) -> None:
             answers.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
@@ -174,13 +172,8 @@ def _cloudformation_responses() -> Iterator[tuple[str, list[dict[str, Any]]]]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/cloudformation", answers
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield f"{url}/cloudformation", answers
 
 
 def deploy(name: str, parameters: dict[str, str], *, endpoint: str, home: Path) -> Deployed:

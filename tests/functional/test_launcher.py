@@ -35,6 +35,7 @@ from icebatch_job.tickets import append_tickets, ensure_source_table, generate_t
 
 from tests.support.aws import REGION, client
 from tests.support.consumers import consumers_file
+from tests.support.emf import metric_names
 from tests.support.failing_aws import failing_endpoint
 from tests.support.k8s_api import RayJobApi, sts_token_verifier
 from tests.support.runs import Crash, dies_after, run_once
@@ -483,7 +484,5 @@ def test_a_catalog_that_cannot_be_reached_is_retried_and_counted(
         invoke("launcher", event("schedule.json"), down)
     out, err = capfd.readouterr()
     # and the retry is counted in the EMF it prints, so that retries show on the dashboard before dead letters
-    names = {m["Name"] for line in out.splitlines() if line.startswith("{") and "_aws" in line
-             for d in json.loads(line)["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}  # fmt: skip
-    assert "TransientErrors" in names
+    assert "TransientErrors" in metric_names(out)
     assert "No application metrics to publish" not in err

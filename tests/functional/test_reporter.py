@@ -30,6 +30,7 @@ from icebatch_job.tickets import append_tickets, ensure_source_table, generate_t
 
 from tests.support.aws import REGION, client
 from tests.support.consumers import consumers_file, triage
+from tests.support.emf import metric_names
 from tests.support.failing_aws import failing_endpoint
 from tests.support.k8s_api import RayJobApi, sts_token_verifier
 from tests.support.runs import Crash, dies_after, run_once
@@ -288,10 +289,7 @@ def test_an_idempotency_table_out_of_reach_is_a_counted_retry(
     with pytest.raises(TransientError, match="the idempotency table cannot be used"):
         invoke("reporter", example("batch-job-completed.json"), down)
     # and the retry is counted
-    out = capfd.readouterr().out
-    names = {m["Name"] for line in out.splitlines() if line.startswith("{") and "_aws" in line
-             for d in json.loads(line)["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}  # fmt: skip
-    assert "TransientErrors" in names
+    assert "TransientErrors" in metric_names(capfd.readouterr().out)
 
 
 @pytest.mark.parametrize("failure", ["throttle", "silent"])
@@ -312,10 +310,7 @@ def test_sns_throttling_or_not_answering_is_a_counted_retry(
     # ... after the client's own bounded retries
     assert counts["requests"] == 1 + aws_clients.MAX_RETRIES
     # and the retry is counted, so that it shows before a dead letter does
-    out = capfd.readouterr().out
-    names = {m["Name"] for line in out.splitlines() if line.startswith("{") and "_aws" in line
-             for d in json.loads(line)["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}  # fmt: skip
-    assert "TransientErrors" in names
+    assert "TransientErrors" in metric_names(capfd.readouterr().out)
 
 
 @pytest.mark.parametrize("kind", ["completed", "failed"])

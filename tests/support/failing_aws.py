@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.support.http_server import QuietHandler, serving
 
 THROTTLED = (
     b'<ErrorResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/"><Error><Type>Sender</Type>'
@@ -21,12 +22,7 @@ def failing_endpoint(mode: str) -> Iterator[tuple[str, dict[str, int]]]:
     counts = {"requests": 0}
     closing = threading.Event()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             counts["requests"] += 1
@@ -41,11 +37,8 @@ def failing_endpoint(mode: str) -> Iterator[tuple[str, dict[str, int]]]:
 
         do_GET = do_POST  # REST APIs (EKS's DescribeCluster) read with GET
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", counts
-    finally:
-        closing.set()
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        try:
+            yield url, counts
+        finally:
+            closing.set()  # before the server stops: it waits for its requests

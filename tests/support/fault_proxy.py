@@ -7,7 +7,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.support.http_server import QuietHandler, serving
 
 
 @contextmanager
@@ -22,12 +23,7 @@ def fault_proxy(
     lock = threading.Lock()
     closing = threading.Event()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with lock:
@@ -57,11 +53,8 @@ def fault_proxy(
             self.end_headers()
             self.wfile.write(payload)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", counts
-    finally:
-        closing.set()
-        server.shutdown()
+    with serving(Handler) as url:
+        try:
+            yield url, counts
+        finally:
+            closing.set()  # before the server stops: it waits for its requests
