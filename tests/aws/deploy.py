@@ -20,15 +20,13 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.support.aws import CREDS, REGION, client
 from tests.support.cfn import Stack
-from tests.support.http_server import QuietHandler, serving
+from tests.support.http_server import cloudformation_responses
 from tests.support.sam_translate import translated
 
 ACCOUNT = "123456789012"
@@ -158,24 +156,6 @@ def _physical_name(stack: str, logical: str, limit: int) -> str:
     return f"{stack[: limit // 3]}-{logical[: limit - limit // 3 - 14]}-{suffix}"[:limit]
 
 
-@contextmanager
-def _cloudformation_responses() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """The presigned URL a custom resource answers to."""
-    answers: list[dict[str, Any]] = []
-
-    class Handler(QuietHandler):
-        protocol_version = "HTTP/1.0"  # as before: the custom resource's PUT closes its connection
-
-        def do_PUT(self) -> None:
-            answers.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    with serving(Handler) as url:
-        yield f"{url}/cloudformation", answers
-
-
 def deploy(name: str, parameters: dict[str, str], *, endpoint: str, home: Path) -> Deployed:
     """Create the stack's resources in moto, as `sam deploy` would (the resources icebatch's tests need)."""
     stack = Stack(translated(), name, parameters, region=REGION, account=ACCOUNT)
@@ -294,7 +274,7 @@ def _custom_resources(deployed: Deployed) -> None:
         if not resource["Type"].startswith("Custom::"):
             continue
         props = stack.properties(logical)
-        with _cloudformation_responses() as (url, answers):
+        with cloudformation_responses() as (url, answers):
             event = {
                 "RequestType": "Create",
                 "ServiceToken": props["ServiceToken"],

@@ -7,10 +7,8 @@ presigned ResponseURL would.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,28 +16,15 @@ from icebatch.core.settings import Settings
 from icebatch.tools.invoke import LocalContext
 
 from tests.support.aws import REGION, client
+from tests.support.http_server import cloudformation_responses
 
 pytestmark = pytest.mark.functional
 
 
 @pytest.fixture
 def cloudformation() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    answers: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_PUT(self) -> None:
-            answers.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/response", answers
-    server.shutdown()
+    with cloudformation_responses("/response") as served:
+        yield served
 
 
 @pytest.fixture

@@ -8,10 +8,8 @@ and its output goes through the job's result parser into Arrow rows of the resul
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +20,8 @@ from icebatch_job.columns import SOURCE_FILE, SOURCE_POS
 from icebatch_job.endpoint import EndpointStage
 from icebatch_job.parse import ResultParser
 from icebatch_job.results import STATUS_ERROR, STATUS_OK
+
+from tests.support.http_server import QuietHandler, serving
 
 pytestmark = pytest.mark.functional
 TASK = load_task()
@@ -56,12 +56,7 @@ ANSWERS: dict[str, tuple[Any, str, tuple[int, int]]] = {
 def answering_server() -> Iterator[str]:
     """Answers each chat completion with the body ``ANSWERS`` holds for the ticket's subject."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             user = request["messages"][-1]["content"]
@@ -73,12 +68,8 @@ def answering_server() -> Iterator[str]:
             self.end_headers()
             self.wfile.write(payload)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
+    with serving(Handler) as url:
+        yield url + "/v1"
 
 
 def test_every_row_of_a_badly_answering_server_is_kept_with_its_reason() -> None:
