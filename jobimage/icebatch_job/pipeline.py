@@ -51,6 +51,9 @@ def offline_max_num_batched_tokens(device: str, tp: int, accelerator_type: str |
     return 16384 if (accelerator_type or "").upper() in LARGE_GPUS else 8192
 
 
+ENGINE_STAGE = "vLLMEngineStage"  # Ray Data LLM's name for its vLLM stage in a processor
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """What the engine stage is built from (also recorded in the run's report)."""
@@ -63,6 +66,7 @@ class EngineConfig:
     concurrency: int
     accelerator_type: str | None
     max_concurrent_batches: int = MIN_CONCURRENT_BATCHES
+    process_start: str = "forkserver"  # how a replica starts vLLM's processes (icebatch_job.engine_processes)
 
 
 def concurrent_batches(batch_size: int, max_num_seqs: int) -> int:
@@ -109,6 +113,7 @@ def engine_config(settings: Settings, model_source: str, device: str) -> EngineC
         concurrency=settings.engine.concurrency,
         accelerator_type=settings.engine.accelerator_type if device == "gpu" else None,
         max_concurrent_batches=concurrent_batches(settings.engine.batch_size, kwargs["max_num_seqs"]),
+        process_start=settings.engine.engine_process_start,
     )
 
 
@@ -157,6 +162,7 @@ def build_engine_pipeline(
     import ray.data
     from ray.data.llm import build_processor
 
+    from icebatch_job.engine_processes import EngineStageUDF
     from icebatch_job.runtime import without_usage_telemetry
 
     with without_usage_telemetry():
@@ -177,6 +183,15 @@ def build_engine_pipeline(
         memory=PROMPT_STAGE_MEMORY,
     )
     processor.preprocess = processor.postprocess = None  # Processor.__call__ skips a map that is None
+    # the engine's processes forked from a warm server (icebatch_job.engine_processes); a copy, as an assignment
+    # would run the stage's validator again, which computes its resources from arguments it has consumed
+    stage = processor.get_stage_by_name(ENGINE_STAGE)
+    processor.stages[ENGINE_STAGE] = stage.model_copy(
+        update={
+            "fn": EngineStageUDF,
+            "fn_constructor_kwargs": {**stage.fn_constructor_kwargs, "process_start": cfg.process_start},
+        }
+    )
     return processor(prompts), processor.DATA_COLUMN
 
 

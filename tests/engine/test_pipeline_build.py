@@ -54,7 +54,7 @@ def test_the_engine_pipeline_is_one_stage_of_ours_then_the_engine(engine_setting
     # No gate stage of its own, none of the processor's preprocess/postprocess maps (a Ray task per batch
     # each), no parse stage (the driver parses)
     stages = re.findall(r"(\w+\[|\w+\(\w*\))", repr(built.dataset))
-    assert stages == ["MapBatches(vLLMEngineStageUDF)", "MapBatches(PromptStage)", "StreamingRepartition["], stages
+    assert stages == ["MapBatches(EngineStageUDF)", "MapBatches(PromptStage)", "StreamingRepartition["], stages
     assert built.parse.data_column == "__data"
 
 

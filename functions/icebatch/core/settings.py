@@ -334,6 +334,12 @@ class EngineSettings(Section):
     enforce_eager: bool | None = Field(
         default=None, description="Skip graph compilation (default: on for CPU, off for GPU)."
     )
+    engine_process_start: Literal["forkserver", "spawn"] = Field(
+        default="forkserver",
+        description="How an engine replica starts vLLM's engine core and model worker: forked from a server that "
+        "imported vLLM once (`forkserver`), or vLLM's `spawn` in a Ray actor (each imports vLLM again, ~5 s each "
+        "on CPU). Tensor parallelism over Ray always spawns.",
+    )
     batch_size: int = Field(default=64, ge=1, le=65_536, description="Rows per batch sent to an engine replica.")
     concurrency: int = Field(
         default=1, ge=1, le=64, description="Engine replicas (one GPU worker each; see ICEBATCH_TENSOR_PARALLEL_SIZE)."

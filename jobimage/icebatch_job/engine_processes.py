@@ -1,0 +1,116 @@
+"""The engine's processes, forked from a warm server instead of each importing vLLM again.
+
+vLLM runs its engine core, and on CPU a separate model worker, in processes of their own. In a Ray actor
+vLLM starts them with ``spawn`` (forking a Ray worker is undefined behaviour: its threads and its
+connections to the cluster do not survive a fork), so each is a fresh interpreter that imports vLLM
+again: ~5 s each on CPU, one after the other, on the path to the first token.
+
+``EngineStageUDF`` is Ray Data LLM's vLLM stage with one change: before the actor imports vLLM it starts
+a multiprocessing *fork server* (``multiprocessing.forkserver``: a fresh interpreter, not a Ray worker, so
+nothing of Ray's in it) that imports vLLM's engine core (``icebatch_job.engine_preload``) while the actor
+imports vLLM's front end. The engine core is forked from that server; in the engine core, a plain process
+as under ``vllm serve``, the model worker is forked too (vLLM's own default outside Ray). Every process
+started this way gets the environment its parent had when it started it, as with spawn (vLLM sets
+variables while it builds its config).
+
+Only for an engine whose executor does not use Ray (``uni``, ``mp``: one device per replica); tensor or
+pipeline parallelism over Ray keeps vLLM's ``spawn``. ``ICEBATCH_ENGINE_PROCESS_START=spawn`` (the setting
+``engine.process_start``) keeps vLLM's way for every engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from multiprocessing import forkserver
+from multiprocessing.context import ForkServerContext, ForkServerProcess
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PRELOAD_MODULE = "icebatch_job.engine_preload"
+# the engine arguments' key Ray Data LLM fills with the executor it chose (its vLLMEngineStage)
+EXECUTOR_KEY = "distributed_executor_backend"
+
+
+class EnvironmentCarryingProcess(ForkServerProcess):
+    """A fork server's process that runs with its parent's environment at ``start()``, as a spawned one would."""
+
+    def start(self) -> None:
+        self._parent_environment = dict(os.environ)
+        super().start()
+
+    def run(self) -> None:
+        _ready_for_process_titles()
+        os.environ.clear()
+        os.environ.update(self._parent_environment)
+        super().run()
+
+
+def _ready_for_process_titles() -> None:
+    """Let setproctitle find this process's command line before the environment changes.
+
+    vLLM names its processes with setproctitle ("VLLM::EngineCore", "VLLM::Worker"), which on first use
+    looks for the memory of the command line and environment the process started with; once the environment
+    has been rewritten it finds nothing and the names stay "python".
+    """
+    try:
+        import setproctitle
+    except ImportError:
+        return
+    setproctitle.getproctitle()
+
+
+class EngineServerContext(ForkServerContext):
+    """``multiprocessing``'s fork server context, whose processes carry their parent's environment."""
+
+    Process = EnvironmentCarryingProcess
+
+
+def uses_fork_server(engine_kwargs: dict[str, Any], process_start: str) -> bool:
+    """The engine's processes come from the fork server unless the setting says spawn or vLLM's executor is Ray."""
+    return process_start == "forkserver" and engine_kwargs.get(EXECUTOR_KEY, "uni") != "ray"
+
+
+def start_fork_server(preload: str = PRELOAD_MODULE) -> None:
+    """Start this process's fork server, which imports ``preload`` before it forks anything (returns at once)."""
+    forkserver.set_forkserver_preload([preload])
+    forkserver.ensure_running()
+
+
+def engine_processes_from_fork_server() -> bool:
+    """Start the fork server and have vLLM launch its engine core from it; call before vLLM builds its engine.
+
+    False (and vLLM's own spawn) if this vLLM launches its engine core some other way than the one patched.
+    """
+    start_fork_server()
+    import vllm.v1.engine.utils as engine_utils  # what vLLM's engine build imports first anyway
+
+    if not callable(getattr(engine_utils, "get_mp_context", None)):
+        log.warning(
+            "this vLLM does not start its engine core through vllm.v1.engine.utils.get_mp_context: its processes "
+            "are spawned (each imports vLLM again); set ICEBATCH_ENGINE_PROCESS_START=spawn to silence this"
+        )
+        return False
+    engine_utils.get_mp_context = EngineServerContext  # launch_core_engines: ``get_mp_context().Process(...)``
+    return True
+
+
+class EngineStageUDF:
+    """Ray Data LLM's vLLM stage, with the engine's processes forked from a warm server (module docstring).
+
+    It wraps the stage rather than subclassing it: the module that defines Ray's stage imports torch and
+    vLLM, and the fork server must start before those imports, which it then overlaps.
+    """
+
+    def __init__(self, *args: Any, process_start: str = "forkserver", **kwargs: Any) -> None:
+        if uses_fork_server(kwargs.get("engine_kwargs") or {}, process_start):
+            engine_processes_from_fork_server()
+        from ray.llm._internal.batch.stages.vllm_engine_stage import vLLMEngineStageUDF
+
+        self.stage = vLLMEngineStageUDF(*args, **kwargs)
+
+    async def __call__(self, batch: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        async for out in self.stage(batch):
+            yield out
