@@ -5,7 +5,7 @@ vLLM starts them with ``spawn`` (forking a Ray worker is undefined behaviour: it
 connections to the cluster do not survive a fork), so each is a fresh interpreter that imports vLLM
 again: ~5 s each on CPU, one after the other, on the path to the first token.
 
-``EngineStageUDF`` is Ray Data LLM's vLLM stage with one change: before the actor imports vLLM it starts
+``EngineStageUDF`` wraps Ray Data LLM's vLLM stage and changes one thing: before the actor imports vLLM it starts
 a multiprocessing *fork server* (``multiprocessing.forkserver``: a fresh interpreter, not a Ray worker, so
 nothing of Ray's in it) that imports vLLM's engine core (``icebatch_job.engine_preload``) while the actor
 imports vLLM's front end. The engine core is forked from that server; in the engine core, a plain process
@@ -14,8 +14,8 @@ started this way gets the environment its parent had when it started it, as with
 variables while it builds its config).
 
 Only for an engine whose executor does not use Ray (``uni``, ``mp``: one device per replica); tensor or
-pipeline parallelism over Ray keeps vLLM's ``spawn``. ``ICEBATCH_ENGINE_PROCESS_START=spawn`` (the setting
-``engine.process_start``) keeps vLLM's way for every engine.
+pipeline parallelism over Ray keeps vLLM's ``spawn``. ``ICEBATCH_ENGINE_PROCESS_START=spawn`` (the engine
+setting ``engine_process_start``) keeps vLLM's way for every engine.
 """
 
 from __future__ import annotations
