@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
+import re
+import sys
+from collections.abc import AsyncIterator, Mapping
 from multiprocessing import forkserver
-from multiprocessing.context import ForkServerContext, ForkServerProcess
+from multiprocessing.context import ForkContext, ForkProcess, ForkServerContext, ForkServerProcess
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,51 @@ class EngineServerContext(ForkServerContext):
     """``multiprocessing``'s fork server context, whose processes carry their parent's environment."""
 
     Process = EnvironmentCarryingProcess
+
+
+def omp_binding(environ: Mapping[str, str]) -> tuple[set[int] | None, int | None]:
+    """The CPUs and OpenMP thread count the environment asks of a new process, as far as it says.
+
+    vLLM's CPU backend binds each model worker by setting these variables around its start
+    (``OMPProcessManager.configure_omp_envs``): ``OMP_NUM_THREADS`` and the worker's CPUs as ``OMP_PLACES``
+    (``{0,1}``), ``GOMP_CPU_AFFINITY`` (``0 1``) or ``KMP_AFFINITY`` (``...,proclist=[0,1]``).
+    """
+    cpus: set[int] | None = None
+    places = re.fullmatch(r"\{(\d+(?:,\d+)*)\}", environ.get("OMP_PLACES", "").strip())
+    gomp = re.fullmatch(r"\d+(?: \d+)*", environ.get("GOMP_CPU_AFFINITY", "").strip())
+    kmp = re.search(r"proclist=\[(\d+(?:,\d+)*)\]", environ.get("KMP_AFFINITY", ""))
+    if places:
+        cpus = {int(c) for c in places.group(1).split(",")}
+    elif gomp:
+        cpus = {int(c) for c in gomp.group(0).split()}
+    elif kmp:
+        cpus = {int(c) for c in kmp.group(1).split(",")}
+    threads = environ.get("OMP_NUM_THREADS", "").strip()
+    return cpus, int(threads) if threads.isdigit() and int(threads) > 0 else None
+
+
+class BoundForkProcess(ForkProcess):
+    """A forked process bound to the CPUs and OpenMP threads its environment asks for, as a spawned one would be.
+
+    A spawned process's OpenMP runtime reads those variables when it loads; a forked one inherits a runtime
+    that read them long before (in the fork server), so vLLM's binding of its model worker would be lost: on a
+    CPU node the worker would run one thread (Ray's ``OMP_NUM_THREADS`` for the actor) on any core.
+    """
+
+    def run(self) -> None:
+        cpus, threads = omp_binding(os.environ)
+        if cpus:
+            os.sched_setaffinity(0, cpus)  # the OpenMP threads this process starts inherit it
+        torch = sys.modules.get("torch")  # not loaded: it reads the variables itself when it is
+        if threads and torch is not None:
+            torch.set_num_threads(threads)
+        super().run()
+
+
+class BoundForkContext(ForkContext):
+    """``multiprocessing``'s fork context, whose processes are bound as the environment asks (``BoundForkProcess``)."""
+
+    Process = BoundForkProcess
 
 
 def uses_fork_server(engine_kwargs: dict[str, Any], process_start: str) -> bool:

@@ -32,6 +32,7 @@ SCRIPT = textwrap.dedent(
     from icebatch_job.engine_processes import EngineStageUDF
     from icebatch_job.pipeline import engine_config
     from icebatch_job.runtime import prepare_environment
+    from vllm.utils.ompmultiprocessing import OMPProcessManager
 
 
     async def main(model, process_start, home):
@@ -44,13 +45,16 @@ SCRIPT = textwrap.dedent(
             model=model, engine_kwargs=kwargs, log_engine_metrics=False, process_start=process_start,
         )
         children = psutil.Process().children(recursive=True)
-        tree = [{"pid": p.pid, "ppid": p.ppid(), "name": p.name()} for p in children]
+        tree = [{"pid": p.pid, "ppid": p.ppid(), "name": p.name(), "cpus": p.cpu_affinity()} for p in children]
+        # the CPUs vLLM's CPU backend binds its model worker to (a spawned worker gets them from its environment)
+        binding = OMPProcessManager(stage.stage.llm._vllm_config).cpu_lists[0]
         rows = [{"prompt": "Hello", "sampling_params": {"max_tokens": 4, "temperature": 0.0}}]
         outputs = [out async for out in stage({"__data": rows})]
         stage.stage.llm.shutdown()
         engine = [p for p, seen in zip(children, tree) if seen["name"].startswith("VLLM::")]
         _, alive = psutil.wait_procs(engine, timeout=30)
-        result = {"me": os.getpid(), "tree": tree, "outputs": outputs, "left": [p.pid for p in alive]}
+        left = [p.pid for p in alive]
+        result = {"me": os.getpid(), "tree": tree, "outputs": outputs, "left": left, "binding": binding}
         print(json.dumps(result, default=str), flush=True)
 
 
@@ -100,6 +104,8 @@ def test_the_engine_core_and_its_model_worker_are_forked_from_a_warm_server(tiny
     server = next(p for p in out["tree"] if p["pid"] == core["ppid"])
     assert server["ppid"] == out["me"] and server["name"] != "VLLM::EngineCore"
     assert worker["ppid"] == core["pid"]
+    # and the forked model worker is bound to the CPUs vLLM binds a spawned one to
+    assert sorted(worker["cpus"]) == sorted(out["binding"]) and out["binding"]
     # and the engine answered; on shutdown its processes ended, and the server with the stage's process
     assert out["outputs"][0]["__data"][0]["num_generated_tokens"] == 4
     assert out["left"] == []
@@ -112,6 +118,8 @@ def test_spawn_keeps_vllms_own_way(tiny_model: Path, tmp_path: Path) -> None:
     # then vLLM spawns the engine core from the stage's process itself, as it does in a Ray actor
     core = _named(out["tree"], "VLLM::EngineCore")
     assert core["ppid"] == out["me"]
-    assert _named(out["tree"], "VLLM::Worker")["ppid"] == core["pid"]
+    worker = _named(out["tree"], "VLLM::Worker")
+    assert worker["ppid"] == core["pid"]
+    assert sorted(worker["cpus"]) == sorted(out["binding"]) and out["binding"]
     assert out["outputs"][0]["__data"][0]["num_generated_tokens"] == 4
     assert out["left"] == []

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from icebatch_job.engine_processes import uses_fork_server
+from icebatch_job.engine_processes import omp_binding, uses_fork_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,3 +103,62 @@ def test_processes_from_the_fork_server_share_its_imports_and_get_their_parents_
         assert child["early"] is None
         # and can name itself, as vLLM's processes do
         assert child["title"] == "icebatch-test"
+
+
+@pytest.mark.parametrize(
+    ("environ", "cpus", "threads"),
+    [
+        # what vLLM's OMPProcessManager sets around a model worker's start, with each OpenMP runtime
+        ({"OMP_PLACES": "{0,2,3}", "OMP_PROC_BIND": "true", "OMP_NUM_THREADS": "3"}, {0, 2, 3}, 3),
+        ({"GOMP_CPU_AFFINITY": "4 5", "OMP_NUM_THREADS": "2"}, {4, 5}, 2),
+        ({"KMP_AFFINITY": "granularity=fine,explicit,proclist=[1,7]", "OMP_NUM_THREADS": "2"}, {1, 7}, 2),
+        # a user's own OpenMP places are the runtime's business; no variables, no binding
+        ({"OMP_PLACES": "cores", "OMP_NUM_THREADS": "1"}, None, 1),
+        ({"OMP_NUM_THREADS": "0"}, None, None),
+        ({}, None, None),
+    ],
+)
+def test_the_binding_is_read_as_vllm_writes_it(environ: dict, cpus: set[int] | None, threads: int | None) -> None:
+    assert omp_binding(environ) == (cpus, threads)
+
+
+BOUND_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+
+    import torch  # loaded, with its OpenMP runtime, before the fork: as in vLLM's engine core
+
+    from icebatch_job.engine_processes import BoundForkContext
+
+
+    def report(queue):
+        queue.put({"cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads()})
+
+
+    if __name__ == "__main__":
+        torch.set_num_threads(2)
+        cpu = max(os.sched_getaffinity(0))
+        os.environ.update({"OMP_PLACES": "{%d}" % cpu, "OMP_PROC_BIND": "true", "OMP_NUM_THREADS": "1"})
+        ctx = BoundForkContext()
+        queue = ctx.Queue()
+        process = ctx.Process(target=report, args=(queue,))
+        process.start()
+        seen = queue.get(timeout=60)
+        process.join(60)
+        print(json.dumps({"cpu": cpu, "start_method": ctx.get_start_method(), "exitcode": process.exitcode, **seen}))
+    """
+)
+
+
+def test_a_forked_model_worker_is_bound_as_vllm_binds_a_spawned_one(tmp_path: Path) -> None:
+    # given a process with torch loaded (two threads) that sets vLLM's binding variables for one CPU, one thread
+    script = tmp_path / "bound.py"
+    script.write_text(BOUND_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "functions"), str(ROOT / "jobimage")])}
+    # when it forks a process the way the engine core forks its model worker
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    # then the process runs on that CPU with that many threads, as a spawned one reading them would
+    assert (out["exitcode"], out["start_method"]) == (0, "fork")  # vLLM checks the method by name
+    assert (out["cpus"], out["threads"]) == ([out["cpu"]], 1)
