@@ -67,6 +67,7 @@ class EngineConfig:
     accelerator_type: str | None
     max_concurrent_batches: int = MIN_CONCURRENT_BATCHES
     process_start: str = "forkserver"  # how a replica starts vLLM's processes (icebatch_job.engine_processes)
+    metrics: bool = False  # vLLM's stats, exported to Ray's Prometheus endpoint (``disable_log_stats`` says the same)
 
 
 def concurrent_batches(batch_size: int, max_num_seqs: int) -> int:
@@ -98,6 +99,8 @@ def engine_config(settings: Settings, model_source: str, device: str) -> EngineC
     kwargs["max_num_batched_tokens"] = settings.engine.max_num_batched_tokens or offline_max_num_batched_tokens(
         device, tp, settings.engine.accelerator_type
     )
+    metrics = settings.engine.engine_metrics if settings.engine.engine_metrics is not None else device == "gpu"
+    kwargs["disable_log_stats"] = not metrics  # vLLM's stats cost the engine core and front end CPU every step
     if device == "gpu":
         kwargs["gpu_memory_utilization"] = settings.engine.gpu_memory_utilization
     if model_source.startswith("s3://") and settings.engine.model_load_format == "runai_streamer":
@@ -114,6 +117,7 @@ def engine_config(settings: Settings, model_source: str, device: str) -> EngineC
         accelerator_type=settings.engine.accelerator_type if device == "gpu" else None,
         max_concurrent_batches=concurrent_batches(settings.engine.batch_size, kwargs["max_num_seqs"]),
         process_start=settings.engine.engine_process_start,
+        metrics=metrics,
     )
 
 
@@ -137,7 +141,7 @@ def processor_config(cfg: EngineConfig) -> Any:
         tokenize_stage=False,
         detokenize_stage=False,  # vLLM detokenizes the output itself
         should_continue_on_error=True,  # a failed row becomes an inference_error row, not a failed job
-        log_engine_metrics=True,  # vLLM's metrics on Ray's Prometheus endpoint (jobimage/k8s/podmonitor.yaml)
+        log_engine_metrics=cfg.metrics,  # vLLM's metrics on Ray's Prometheus endpoint (jobimage/k8s/podmonitor.yaml)
         max_concurrent_batches=cfg.max_concurrent_batches,
         **extra,
     )

@@ -24,7 +24,8 @@ def test_cpu_plan_pins_a_cpu_bundle_and_structured_output() -> None:
     assert proc.accelerator_type is None
     assert (proc.chat_template_stage, proc.tokenize_stage, proc.detokenize_stage) == (False, False, False)
     assert proc.should_continue_on_error is True
-    assert proc.log_engine_metrics is True  # what jobimage/k8s/podmonitor.yaml scrapes
+    # vLLM's stats off on CPU, as vllm.LLM has them: collecting them costs the engine every step
+    assert (cfg.engine_kwargs["disable_log_stats"], proc.log_engine_metrics) == (True, False)
 
 
 def test_gpu_plan_exposes_the_engine_settings() -> None:
@@ -46,6 +47,20 @@ def test_gpu_plan_exposes_the_engine_settings() -> None:
     assert (proc.concurrency, proc.accelerator_type, proc.placement_group_config) == ((3, 3), "L4", None)
     assert proc.get_concurrency() == {"min_size": 3, "max_size": 3}
     assert cfg.model_name == "llama-3.1-8b"
+
+
+@pytest.mark.parametrize(
+    ("device", "setting", "expected"),
+    [("gpu", None, True), ("cpu", None, False), ("cpu", True, True), ("gpu", False, False)],
+)
+def test_engine_metrics_follow_the_device_unless_set(device: str, setting: bool | None, expected: bool) -> None:
+    # given ICEBATCH_ENGINE_METRICS unset (the device decides) or set
+    settings = Settings(engine_metrics=setting)
+    # when the engine is planned
+    cfg = engine_config(settings, "/models/tiny", device)
+    # then vLLM collects its stats and Ray Data LLM exports them (what jobimage/k8s/podmonitor.yaml scrapes), or neither
+    assert (cfg.metrics, cfg.engine_kwargs["disable_log_stats"]) == (expected, not expected)
+    assert processor_config(cfg).log_engine_metrics is expected
 
 
 def test_s3_models_can_be_streamed_with_runai() -> None:
