@@ -148,8 +148,8 @@ def render() -> str:
             f"({', '.join(cpu.get('flags', [])) or 'no flags recorded'}): whole job processes alternated, "
             f"walls {walls['chunked']} s chunked against {walls['unchunked']} s unchunked, so the ratio is "
             "within the run-to-run spread of start-up; the job's own measure of its chunk commits is the "
-            "steadier figure. On a GPU a 1,000-row chunk is 10-40 s of generation and the commit overlaps it (the "
-            "rows in flight keep the engine busy), so the default holds there too.",
+            f"steadier figure. On a GPU a {c['chunk_rows']:,}-row chunk is 10-40 s of generation and the commit "
+            "overlaps it (the rows in flight keep the engine busy), so chunks of that size hold there too.",
         ]
     if tiny:
         cpu = tiny["machine"].get("cpu", {})

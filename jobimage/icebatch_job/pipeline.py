@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 PROMPT_STAGE_MEMORY = 512 * 1024**2  # a tokenizer and its batch (measured ~310 MiB with the tiny model)
 MIN_CONCURRENT_BATCHES = 4  # batches each engine replica works on at once (ray.data.llm's max_concurrent_batches)
+# beyond those that fill max_num_seqs: a batch holds its place until its last row is done, so without spare
+# batches the engine runs below max_num_seqs while each batch's longest answers finish (Ray Data LLM's
+# semaphore keeps at most 1.1x max_num_seqs of their rows in the engine, the rest wait in the actor)
+SPARE_BATCHES = 2
 
 
 LARGE_GPUS = ("H100", "H200", "B200", "B300", "GB200")  # >= 70 GB: vLLM's larger offline defaults
@@ -71,8 +75,8 @@ class EngineConfig:
 
 
 def concurrent_batches(batch_size: int, max_num_seqs: int) -> int:
-    """Batches in flight per replica: enough to keep ``max_num_seqs`` sequences running (Ray Data LLM's rule)."""
-    return max(MIN_CONCURRENT_BATCHES, math.ceil(max_num_seqs / batch_size))
+    """Batches in flight per replica: enough to keep ``max_num_seqs`` sequences running, and ``SPARE_BATCHES``."""
+    return max(MIN_CONCURRENT_BATCHES, math.ceil(max_num_seqs / batch_size) + SPARE_BATCHES)
 
 
 def engine_config(settings: Settings, model_source: str, device: str) -> EngineConfig:

@@ -81,7 +81,7 @@ def chunk_size(chunk_rows: int, in_flight: int) -> int:
     """The chunk a run uses: ``ICEBATCH_CHUNK_ROWS``, or twice the rows in flight when that is more.
 
     More engine replicas keep more rows in flight (a RayJob for a large backlog gets up to the consumer's
-    ``max_gpus``): with four replicas at the defaults that is 1,216 rows, and a 1,000-row chunk could not
+    ``max_gpus``): with four replicas at the defaults that is 1,728 rows, and a 1,200-row chunk could not
     hold them. The chunk grows with the replicas rather than failing the run.
     """
     return max(chunk_rows, 2 * in_flight)

@@ -111,17 +111,18 @@ def test_the_engine_gets_vllms_offline_defaults_not_the_servers(
     # 2048 batched tokens, on an L40S 2048 tokens), while a bare vllm.LLM gets the offline ones
     cfg = engine_config(Settings(accelerator_type=accelerator), "/models/tiny", device)
     assert (cfg.engine_kwargs["max_num_seqs"], cfg.engine_kwargs["max_num_batched_tokens"]) == (seqs, tokens)
-    # and enough batches are in flight to keep that many sequences running
-    assert cfg.batch_size * cfg.max_concurrent_batches >= seqs
+    # and enough batches are in flight to keep that many sequences running, with two to spare: a batch keeps
+    # its place until its longest answer is done, and the spare batches' rows take the places its done rows left
+    assert cfg.batch_size * cfg.max_concurrent_batches >= seqs + 2 * cfg.batch_size
 
 
 def test_explicit_engine_limits_win_and_size_the_batches_in_flight() -> None:
     s = Settings(max_num_seqs=1024, max_num_batched_tokens=2048, batch_size=64, chunk_rows=5000)
     cfg = engine_config(s, "/models/tiny", "gpu")
     assert (cfg.engine_kwargs["max_num_seqs"], cfg.engine_kwargs["max_num_batched_tokens"]) == (1024, 2048)
-    assert cfg.max_concurrent_batches == 16
-    assert processor_config(cfg).max_concurrent_batches == 16
-    assert in_flight_rows(s) == 64 * (16 + 3)  # what the row window must leave room for
+    assert cfg.max_concurrent_batches == 16 + 2
+    assert processor_config(cfg).max_concurrent_batches == 16 + 2
+    assert in_flight_rows(s) == 64 * (16 + 2 + 3)  # what the row window must leave room for
 
 
 def test_tensor_parallelism_reaches_the_engine_and_ray_places_its_gpus() -> None:
@@ -132,13 +133,13 @@ def test_tensor_parallelism_reaches_the_engine_and_ray_places_its_gpus() -> None
 
 
 def test_more_replicas_grow_the_chunk_instead_of_failing_the_run() -> None:
-    # the defect: at the defaults two replicas keep 704 rows in flight, and the 1,000-row chunk failed every
+    # the defect: at the defaults two replicas kept 704 rows in flight, and the 1,000-row chunk failed every
     # run at start (ConfigError) -- the launcher gives a large backlog up to the consumer's max_gpus (4)
     from icebatch_job.window import chunk_size, commit_every
 
     four = Settings(concurrency=4)
     in_flight = in_flight_rows(four)
-    assert in_flight == 64 * (4 * 4 + 3)
+    assert in_flight == 64 * (6 * 4 + 3)
     chunk = chunk_size(four.progress.chunk_rows, in_flight)
     assert chunk == 2 * in_flight and commit_every(chunk, in_flight) == in_flight
-    assert chunk_size(1000, in_flight_rows(Settings())) == 1000  # one replica: the setting as it is
+    assert chunk_size(1200, in_flight_rows(Settings())) == 1200  # one replica: the default as it is

@@ -369,7 +369,7 @@ class ProgressSettings(Section):
     title: ClassVar[str] = "progress"
 
     chunk_rows: int = Field(
-        default=1000,
+        default=1200,
         ge=1,
         le=1_000_000,
         description="A run commits its results every this many finished rows (with its progress, one Iceberg "
