@@ -101,8 +101,11 @@ class BoundForkProcess(ForkProcess):
 
     def run(self) -> None:
         cpus, threads = omp_binding(os.environ)
-        if cpus:
-            os.sched_setaffinity(0, cpus)  # the OpenMP threads this process starts inherit it
+        usable = (cpus or set()) & os.sched_getaffinity(0)
+        if usable:
+            os.sched_setaffinity(0, usable)  # the OpenMP threads this process starts inherit it
+        elif cpus:  # places this machine does not have: OpenMP would ignore them too (with a warning)
+            log.warning("OpenMP places %s are not among this process's CPUs; not binding it", sorted(cpus))
         torch = sys.modules.get("torch")  # not loaded: it reads the variables itself when it is
         if threads and torch is not None:
             torch.set_num_threads(threads)

@@ -135,17 +135,28 @@ BOUND_SCRIPT = textwrap.dedent(
         queue.put({"cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads()})
 
 
-    if __name__ == "__main__":
-        torch.set_num_threads(2)
-        cpu = max(os.sched_getaffinity(0))
-        os.environ.update({"OMP_PLACES": "{%d}" % cpu, "OMP_PROC_BIND": "true", "OMP_NUM_THREADS": "1"})
-        ctx = BoundForkContext()
+    def start(ctx):
         queue = ctx.Queue()
         process = ctx.Process(target=report, args=(queue,))
         process.start()
         seen = queue.get(timeout=60)
         process.join(60)
-        print(json.dumps({"cpu": cpu, "start_method": ctx.get_start_method(), "exitcode": process.exitcode, **seen}))
+        return {"exitcode": process.exitcode, **seen}
+
+
+    if __name__ == "__main__":
+        torch.set_num_threads(2)
+        cpu = max(os.sched_getaffinity(0))
+        os.environ.update({"OMP_PLACES": "{%d}" % cpu, "OMP_PROC_BIND": "true", "OMP_NUM_THREADS": "1"})
+        ctx = BoundForkContext()
+        bound = start(ctx)
+        allowed = sorted(os.sched_getaffinity(0))
+        os.environ["OMP_PLACES"] = "{%d,100000}" % cpu  # a place this machine does not have, beside one it has
+        partly = start(ctx)
+        os.environ["OMP_PLACES"] = "{100000}"
+        nowhere = start(ctx)
+        print(json.dumps({"cpu": cpu, "allowed": allowed, "start_method": ctx.get_start_method(), **bound,
+                          "partly": partly, "nowhere": nowhere}))
     """
 )
 
@@ -162,3 +173,6 @@ def test_a_forked_model_worker_is_bound_as_vllm_binds_a_spawned_one(tmp_path: Pa
     # then the process runs on that CPU with that many threads, as a spawned one reading them would
     assert (out["exitcode"], out["start_method"]) == (0, "fork")  # vLLM checks the method by name
     assert (out["cpus"], out["threads"]) == ([out["cpu"]], 1)
+    # and places the machine does not have are left out, as OpenMP leaves them: never a failed start
+    assert (out["partly"]["exitcode"], out["partly"]["cpus"]) == (0, [out["cpu"]])
+    assert (out["nowhere"]["exitcode"], out["nowhere"]["cpus"]) == (0, out["allowed"])
