@@ -11,23 +11,32 @@ process, so that Ray's optional import is skipped, and imports what the build ne
 ``ray.init`` waits for Ray's processes. When it ends, vLLM is importable again (an in-process caller, a
 test, may need it later); Ray's table of vLLM's fatal errors stays empty in this process, which is right:
 no engine runs here.
+
+Transformers is not imported either (~4 s of one core on 2 cores, while Ray's own processes start): the
+build imports it only to read the model's architecture for Ray's usage telemetry
+(``AutoConfig.from_pretrained(path).architectures``). For the block's length ``transformers`` is a module
+that answers exactly that from the model's ``config.json`` (``ConfigOnlyTransformers``); afterwards the
+real one is importable again. Torch stays: the module defining Ray's engine stage imports it.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import sys
 import threading
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 # what ray.data.llm.build_processor imports (measured with -X importtime), biggest first
 BUILD_MODULES = (
     "torch",
-    "transformers",
     "ray.data.llm",
     "ray.llm._internal.batch.processor.vllm_engine_proc",
     "ray.llm._internal.batch.stages",
@@ -44,17 +53,36 @@ def _import_all(names: tuple[str, ...]) -> None:
             return
 
 
+class _AutoConfig:
+    """``transformers.AutoConfig`` as far as the build uses it: a local model's ``config.json``, as attributes."""
+
+    @staticmethod
+    def from_pretrained(path: str, **_kwargs: Any) -> types.SimpleNamespace:
+        return types.SimpleNamespace(**json.loads((Path(path) / "config.json").read_text()))
+
+
+class ConfigOnlyTransformers(types.ModuleType):
+    """Stands in for ``transformers`` in the driver while it builds the pipeline (module docstring)."""
+
+    AutoConfig = _AutoConfig
+
+    def __init__(self) -> None:
+        super().__init__("transformers", "icebatch: the driver's build reads a model's config.json, nothing else")
+
+
 @contextmanager
 def driver_imports(modules: tuple[str, ...] = BUILD_MODULES) -> Iterator[None]:
-    """vLLM unimportable in this process, and ``modules`` imported in the background, for the block's length."""
-    blocked = "vllm" not in sys.modules
-    if blocked:
-        sys.modules["vllm"] = None  # type: ignore[assignment]  # import -> ModuleNotFoundError (the import system's rule)
+    """vLLM unimportable and transformers a config reader in this process, and ``modules`` imported in the
+    background, for the block's length."""
+    stand_ins: dict[str, types.ModuleType | None] = {"vllm": None, "transformers": ConfigOnlyTransformers()}
+    placed = {name: module for name, module in stand_ins.items() if name not in sys.modules}
+    sys.modules.update(placed)  # type: ignore[arg-type]  # None: import -> ModuleNotFoundError (the import system's rule)
     warm = threading.Thread(target=_import_all, args=(modules,), name="icebatch-driver-imports", daemon=True)
     warm.start()
     try:
         yield
     finally:
         warm.join()
-        if blocked and "vllm" in sys.modules and sys.modules["vllm"] is None:
-            del sys.modules["vllm"]
+        for name, module in placed.items():
+            if name in sys.modules and sys.modules[name] is module:
+                del sys.modules[name]

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +108,8 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
             _node_ip_address="127.0.0.1",
         )
     log.info("starting Ray (%s)", address or "local, 127.0.0.1")
-    ray.init(**kwargs)
+    with nullcontext() if address else without_dashboard_process():
+        ray.init(**kwargs)
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
@@ -119,6 +120,33 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     # default for compatibility, with a warning, might change)
     ctx.enable_fallback_to_arrow_object_ext_type = True
     logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def _no_dashboard_process(node: Any, **_kwargs: Any) -> None:
+    log.debug("local Ray instance: no dashboard process (include_dashboard=False)")
+
+
+@contextmanager
+def without_dashboard_process() -> Iterator[None]:
+    """A local Ray instance started with no dashboard process at all.
+
+    With ``include_dashboard=False`` Ray 2.60 still starts its dashboard process (loading only its usage-stats
+    module) and ``ray.init`` waits for it to publish an address before it starts the raylet: ~1.3 s on 2 cores
+    on the path to the engine's first token, plus an interpreter's imports on a CPU the engine's start needs.
+    The job reads nothing from it: usage stats are off, and the state API it would serve is not loaded when
+    the dashboard is not included. On a cluster the job connects to (a RayJob), Ray's head starts as deployed.
+    """
+    from ray._private import node
+
+    original = getattr(node.Node, "start_api_server", None)
+    if original is None:  # another Ray: its own start-up
+        yield
+        return
+    node.Node.start_api_server = _no_dashboard_process  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        node.Node.start_api_server = original  # type: ignore[method-assign]
 
 
 class _NoTelemetry:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,3 +84,32 @@ def test_the_local_clusters_workers_get_the_job_environment_from_the_process(job
     # process rather than set through a runtime_env: workers Ray prestarted while it started can serve the job
     assert seen == job_ray
     assert not ray.get_runtime_context().runtime_env.get("env_vars")
+
+
+def test_the_local_cluster_starts_no_dashboard_process(job_ray: dict) -> None:
+    import ray
+    from ray._private import ray_constants
+
+    # given a local cluster the job started (include_dashboard=False)
+    node = ray._private.worker.global_worker.node
+    # then Ray started its GCS and raylet but no dashboard process (Ray 2.60 starts one anyway, with only its
+    # usage-stats module, and waits for it before it starts the raylet)
+    assert {ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET} <= set(node.all_processes)
+    assert ray_constants.PROCESS_TYPE_DASHBOARD not in node.all_processes, sorted(node.all_processes)
+    commands = _child_commands(os.getpid())
+    assert commands  # the GCS and the raylet at least
+    assert not [c for c in commands if b"dashboard/dashboard.py" in c], commands
+    # and the cluster works
+    assert ray.get(ray.remote(num_cpus=0)(lambda: 42).remote()) == 42
+
+
+def _child_commands(pid: int) -> list[bytes]:
+    """The command lines of ``pid``'s live children."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append((entry / "cmdline").read_bytes())
+        except OSError:  # it ended meanwhile
+            continue
+    return found

@@ -23,19 +23,30 @@ PROBE = textwrap.dedent(
         # a copy: the driver's import thread may still be adding modules (iterating sys.modules itself is racy)
         loaded = sorted(m for m in sys.modules.copy() if m == "vllm" or m.startswith("vllm."))
         print("inside:", [m for m in loaded if sys.modules[m] is not None], errors.VLLM_FATAL_ERRORS)
+        # what the build asks of transformers (the model's architecture, for Ray's usage telemetry)
+        import transformers
+        print("transformers inside:", type(transformers).__name__,
+              transformers.AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=False).architectures,
+              sorted(m for m in sys.modules.copy() if m.startswith("transformers.")))
     import vllm.version  # importable again once the block ends
     print("after:", "vllm.version" in sys.modules)
+    import transformers
+    print("transformers after:", type(transformers).__name__, hasattr(transformers, "AutoTokenizer"))
     """
 )
 
 
-def test_building_the_engine_pipeline_never_imports_vllm_in_the_driver() -> None:
+def test_building_the_engine_pipeline_never_imports_vllm_or_transformers_in_the_driver(tiny_model) -> None:  # type: ignore[no-untyped-def]
     # given a fresh process (the job's driver); when the engine stage's modules are imported the driver's way
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", PROBE, str(tiny_model)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     # then no vLLM module was loaded while building, and vLLM is importable afterwards
     assert "inside: [] ()" in done.stdout, done.stdout
     assert "after: True" in done.stdout
+    # and transformers was a reader of the model's config.json (the architecture the build asks for), none of
+    # its modules imported; afterwards the real one imports
+    assert "transformers inside: ConfigOnlyTransformers ['LlamaForCausalLM'] []" in done.stdout, done.stdout
+    assert "transformers after: _LazyModule True" in done.stdout, done.stdout
 
 
 FINAL_ONLY_PROBE = textwrap.dedent(
