@@ -12,11 +12,12 @@ process, so that Ray's optional import is skipped, and imports what the build ne
 test, may need it later); Ray's table of vLLM's fatal errors stays empty in this process, which is right:
 no engine runs here.
 
-Transformers is not imported either (~4 s of one core on 2 cores, while Ray's own processes start): the
-build imports it only to read the model's architecture for Ray's usage telemetry
-(``AutoConfig.from_pretrained(path).architectures``). For the block's length ``transformers`` is a module
-that answers exactly that from the model's ``config.json`` (``ConfigOnlyTransformers``); afterwards the
-real one is importable again. Torch stays: the module defining Ray's engine stage imports it.
+Nor is transformers, with usage stats off (the job's default): ~4 s of one core on 2 cores, while Ray's own
+processes start. The build imports it only to read the model's architecture for Ray's usage telemetry
+(``AutoConfig.from_pretrained(path).architectures``), which with usage stats off is never sent. For the
+block's length ``transformers`` is a module that answers that from a local model's ``config.json``
+(``ConfigOnlyTransformers``; none for a hub id); afterwards the real one is importable again. With usage
+stats on, the build gets the real one. Torch stays: the module defining Ray's engine stage imports it.
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ class _AutoConfig:
 
     @staticmethod
     def from_pretrained(path: str, **_kwargs: Any) -> types.SimpleNamespace:
-        return types.SimpleNamespace(**json.loads((Path(path) / "config.json").read_text()))
+        config = Path(path) / "config.json"
+        return types.SimpleNamespace(**json.loads(config.read_text())) if config.is_file() else _NO_ARCHITECTURE
+
+
+_NO_ARCHITECTURE = types.SimpleNamespace(architectures=[])  # Ray's telemetry then names its default
 
 
 class ConfigOnlyTransformers(types.ModuleType):
@@ -71,10 +76,12 @@ class ConfigOnlyTransformers(types.ModuleType):
 
 
 @contextmanager
-def driver_imports(modules: tuple[str, ...] = BUILD_MODULES) -> Iterator[None]:
-    """vLLM unimportable and transformers a config reader in this process, and ``modules`` imported in the
-    background, for the block's length."""
-    stand_ins: dict[str, types.ModuleType | None] = {"vllm": None, "transformers": ConfigOnlyTransformers()}
+def driver_imports(*, usage_stats: bool, modules: tuple[str, ...] = BUILD_MODULES) -> Iterator[None]:
+    """vLLM unimportable and (``usage_stats`` off) transformers a config reader in this process, and
+    ``modules`` imported in the background, for the block's length."""
+    stand_ins: dict[str, types.ModuleType | None] = {"vllm": None}
+    if not usage_stats:  # what transformers would tell the build is never sent
+        stand_ins["transformers"] = ConfigOnlyTransformers()
     placed = {name: module for name, module in stand_ins.items() if name not in sys.modules}
     sys.modules.update(placed)  # type: ignore[arg-type]  # None: import -> ModuleNotFoundError (the import system's rule)
     warm = threading.Thread(target=_import_all, args=(modules,), name="icebatch-driver-imports", daemon=True)

@@ -272,7 +272,8 @@ def start(run: JobRun) -> BuiltPipeline:
     )
     # before anything imports torch or transformers: they read their cache locations once, at import
     env = prepare_environment(s, device=engine.device if engine.device != "auto" else "cpu", model=run.model)
-    with driver_imports() if engine.engine_mode == "engine" else nullcontext():
+    usage_stats = env["RAY_USAGE_STATS_ENABLED"] != "0"
+    with driver_imports(usage_stats=usage_stats) if engine.engine_mode == "engine" else nullcontext():
         init_ray(s, env)
         if run.interrupts is not None:
             run.interrupts.install()  # again: ray.init sets its own SIGTERM handler

@@ -108,7 +108,9 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
             _node_ip_address="127.0.0.1",
         )
     log.info("starting Ray (%s)", address or "local, 127.0.0.1")
-    with nullcontext() if address else without_dashboard_process():
+    # the dashboard process of a local instance serves only Ray's usage stats
+    usage_stats = env.get("RAY_USAGE_STATS_ENABLED") != "0"
+    with nullcontext() if address or usage_stats else without_dashboard_process():
         ray.init(**kwargs)
     from ray.data import DataContext
 
@@ -133,8 +135,9 @@ def without_dashboard_process() -> Iterator[None]:
     With ``include_dashboard=False`` Ray 2.60 still starts its dashboard process (loading only its usage-stats
     module) and ``ray.init`` waits for it to publish an address before it starts the raylet: ~1.3 s on 2 cores
     on the path to the engine's first token, plus an interpreter's imports on a CPU the engine's start needs.
-    The job reads nothing from it: usage stats are off, and the state API it would serve is not loaded when
-    the dashboard is not included. On a cluster the job connects to (a RayJob), Ray's head starts as deployed.
+    Only with usage stats off (the job's default): then nothing reads it (the state API it would serve is not
+    loaded when the dashboard is not included). On a cluster the job connects to (a RayJob), Ray's head
+    starts as deployed.
     """
     from ray._private import node
 

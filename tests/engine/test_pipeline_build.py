@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,31 @@ def test_the_local_cluster_starts_no_dashboard_process(job_ray: dict) -> None:
     assert not [c for c in commands if b"dashboard/dashboard.py" in c], commands
     # and the cluster works
     assert ray.get(ray.remote(num_cpus=0)(lambda: 42).remote()) == 42
+
+
+STATS_ON_PROBE = """
+import sys
+from pathlib import Path
+import ray
+from ray._private import ray_constants
+from icebatch.core.settings import Settings
+from icebatch_job.runtime import init_ray
+
+init_ray(Settings(home=Path(sys.argv[1])), {"RAY_USAGE_STATS_ENABLED": "1"})
+processes = ray._private.worker.global_worker.node.all_processes
+print("dashboard process:", ray_constants.PROCESS_TYPE_DASHBOARD in processes)
+ray.shutdown()
+"""
+
+
+def test_with_usage_stats_on_the_local_cluster_keeps_its_dashboard_process(tmp_path: Path) -> None:
+    # given usage stats on (the dashboard process is what reports them); when the job starts its local cluster
+    done = subprocess.run(
+        [sys.executable, "-c", STATS_ON_PROBE, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    # then Ray starts it as usual
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "dashboard process: True" in done.stdout, done.stdout
 
 
 def _child_commands(pid: int) -> list[bytes]:

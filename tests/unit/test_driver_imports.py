@@ -15,7 +15,7 @@ PROBE = textwrap.dedent(
     import sys
     from icebatch_job.driver_imports import driver_imports
 
-    with driver_imports():
+    with driver_imports(usage_stats=sys.argv[2] != "0"):
         # what ray.data.llm.build_processor imports; ray.llm's errors module tries `import vllm`
         import ray.llm._internal.common.errors as errors
         from ray.llm._internal.batch.processor import vllm_engine_proc  # noqa: F401
@@ -28,6 +28,8 @@ PROBE = textwrap.dedent(
         print("transformers inside:", type(transformers).__name__,
               transformers.AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=False).architectures,
               sorted(m for m in sys.modules.copy() if m.startswith("transformers.")))
+        if type(transformers).__name__ == "ConfigOnlyTransformers":  # a hub id: no local config to read
+            print("hub id:", transformers.AutoConfig.from_pretrained("org/model").architectures)
     import vllm.version  # importable again once the block ends
     print("after:", "vllm.version" in sys.modules)
     import transformers
@@ -36,9 +38,16 @@ PROBE = textwrap.dedent(
 )
 
 
+def _probe(model: str, usage_stats: str) -> subprocess.CompletedProcess[str]:
+    """The probe in a fresh process (the job's driver), ``usage_stats`` as RAY_USAGE_STATS_ENABLED says."""
+    command = [sys.executable, "-c", PROBE, model, usage_stats]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
 def test_building_the_engine_pipeline_never_imports_vllm_or_transformers_in_the_driver(tiny_model) -> None:  # type: ignore[no-untyped-def]
-    # given a fresh process (the job's driver); when the engine stage's modules are imported the driver's way
-    done = subprocess.run([sys.executable, "-c", PROBE, str(tiny_model)], capture_output=True, text=True, timeout=300)
+    # given a fresh process (the job's driver), usage stats off (the job's default); when the engine stage's
+    # modules are imported the driver's way
+    done = _probe(str(tiny_model), "0")
     assert done.returncode == 0, done.stderr[-2000:]
     # then no vLLM module was loaded while building, and vLLM is importable afterwards
     assert "inside: [] ()" in done.stdout, done.stdout
@@ -46,7 +55,17 @@ def test_building_the_engine_pipeline_never_imports_vllm_or_transformers_in_the_
     # and transformers was a reader of the model's config.json (the architecture the build asks for), none of
     # its modules imported; afterwards the real one imports
     assert "transformers inside: ConfigOnlyTransformers ['LlamaForCausalLM'] []" in done.stdout, done.stdout
+    assert "hub id: []" in done.stdout, done.stdout
     assert "transformers after: _LazyModule True" in done.stdout, done.stdout
+
+
+def test_with_usage_stats_on_the_build_gets_the_real_transformers(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    # given usage stats on (Ray's telemetry would send the architecture it reads); when the driver builds
+    done = _probe(str(tiny_model), "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    # then transformers is the real one, and vLLM still is not imported
+    assert "transformers inside: _LazyModule ['LlamaForCausalLM']" in done.stdout, done.stdout
+    assert "inside: [] ()" in done.stdout, done.stdout
 
 
 FINAL_ONLY_PROBE = textwrap.dedent(
