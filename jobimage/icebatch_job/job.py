@@ -256,7 +256,7 @@ def start(run: JobRun) -> BuiltPipeline:
     from icebatch_job.driver_imports import driver_imports
     from icebatch_job.model import resolve_model
     from icebatch_job.pipeline import in_flight_rows
-    from icebatch_job.runtime import init_ray, prepare_environment
+    from icebatch_job.runtime import init_ray, prepare_environment, usage_stats_on
     from icebatch_job.window import chunk_size, commit_every
 
     run.stage = "start"
@@ -272,8 +272,7 @@ def start(run: JobRun) -> BuiltPipeline:
     )
     # before anything imports torch or transformers: they read their cache locations once, at import
     env = prepare_environment(s, device=engine.device if engine.device != "auto" else "cpu", model=run.model)
-    usage_stats = env["RAY_USAGE_STATS_ENABLED"] != "0"
-    with driver_imports(usage_stats=usage_stats) if engine.engine_mode == "engine" else nullcontext():
+    with driver_imports(usage_stats=usage_stats_on(env)) if engine.engine_mode == "engine" else nullcontext():
         init_ray(s, env)
         if run.interrupts is not None:
             run.interrupts.install()  # again: ray.init sets its own SIGTERM handler

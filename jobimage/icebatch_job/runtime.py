@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,11 @@ def prepare_environment(settings: Settings, *, device: str = "cpu", model: str |
     return {k: os.environ[k] for k in env}
 
 
+def usage_stats_on(env: Mapping[str, str]) -> bool:
+    """Whether Ray's usage stats are on in ``env`` (the job turns them off; an explicit value set before wins)."""
+    return env.get("RAY_USAGE_STATS_ENABLED") != "0"
+
+
 def ray_temp_dir(settings: Settings) -> str:
     """Ray's temp dir, under ICEBATCH_HOME.
 
@@ -109,8 +114,7 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
         )
     log.info("starting Ray (%s)", address or "local, 127.0.0.1")
     # the dashboard process of a local instance serves only Ray's usage stats
-    usage_stats = env.get("RAY_USAGE_STATS_ENABLED") != "0"
-    with nullcontext() if address or usage_stats else without_dashboard_process():
+    with nullcontext() if address or usage_stats_on(env) else without_dashboard_process():
         ray.init(**kwargs)
     from ray.data import DataContext
 
@@ -170,7 +174,7 @@ def without_usage_telemetry() -> Iterator[None]:
     from ray.llm._internal.batch.processor import vllm_engine_proc
 
     original = getattr(vllm_engine_proc, "get_or_create_telemetry_agent", None)
-    if original is None or os.environ.get("RAY_USAGE_STATS_ENABLED") != "0":
+    if original is None or usage_stats_on(os.environ):
         yield
         return
     vllm_engine_proc.get_or_create_telemetry_agent = _NoTelemetry  # type: ignore[assignment]
