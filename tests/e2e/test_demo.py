@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +50,10 @@ def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_
     reports = sorted(p.name.split("-")[0] for p in (home / "reports").glob("*.completed.txt"))
     assert reports == ["privacy", "triage"]
     assert "BATCH SUMMARY" in next((home / "jobs").glob("ib-triage-*.log")).read_text()
+    # the handlers' structured logs are as on AWS, though Ray ran in their process (it tags every log record)
+    records = [json.loads(line) for line in done.stderr.splitlines() if line.startswith('{"level"')]
+    assert {r["service"] for r in records} == {"icebatch-launcher", "icebatch-reporter"}
+    assert [k for r in records for k in r if k.startswith("_ray")] == []
     # and each consumer's results table holds every ticket once
     settings = Settings(home=home)
     for consumer in load_consumers(settings):

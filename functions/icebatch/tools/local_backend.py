@@ -134,6 +134,7 @@ class LocalBackend(JobBackend):
                 f.write(text + "\n")
 
         interrupts = _interrupts(settings)
+        _import_ray_untagged()
         try:
             result = run_job(settings, request, out=job_log, interrupts=interrupts)
         except BaseException as e:
@@ -357,6 +358,15 @@ def _age_seconds(record: dict[str, Any]) -> float:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _import_ray_untagged() -> None:
+    """Import Ray, but keep the process's log records as they were: Ray's import tags every record
+    (_ray_timestamp_ns), and the handlers here log as on AWS, where the job runs elsewhere."""
+    factory = logging.getLogRecordFactory()
+    import ray  # noqa: F401
+
+    logging.setLogRecordFactory(factory)
 
 
 def _read(path: Path) -> dict[str, Any] | None:
