@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import icebatch_job.cli
 import pytest
+from icebatch.core.errors import EXIT_BROKEN_PIPE
 from icebatch.core.settings import Settings
 from icebatch.tools.cli import data
 from icebatch.tools.cli import main as icebatch_main
@@ -91,3 +96,38 @@ def test_ctrl_c_outside_a_job_is_one_plain_line(
     # when it ends, then it says so in one line, without a dangling colon, and exits 130
     assert icebatch_main(["backlog"]) == 130
     assert capsys.readouterr().err == "icebatch: interrupted\n"
+
+
+@pytest.mark.parametrize("words", [["config"], ["config", "--json"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(words: list[str], tmp_path: Path) -> None:
+    # given a command whose stdout is a pipe nobody reads any more (`icebatch config | head -1` once head is done)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    # when it writes its output
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "icebatch.tools.cli", *words],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, "ICEBATCH_HOME": str(tmp_path)},
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    # then it stops as a command killed by SIGPIPE does: status 141, nothing on stderr (no traceback)
+    assert (done.returncode, done.stderr) == (EXIT_BROKEN_PIPE, "")
+
+
+def test_a_broken_pipe_elsewhere_is_still_an_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a command whose connection to a service breaks while its own stdout is fine
+    def connection_broke(_args: argparse.Namespace, _settings: Settings) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(data, "cmd_backlog", connection_broke)
+    # when it ends, then it fails as an unexpected error does, with its document
+    assert icebatch_main(["backlog", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["type"] == "BrokenPipeError"

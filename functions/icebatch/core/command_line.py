@@ -7,18 +7,29 @@
   one JSON document on stdout, ``{"error": {"exit_status": ..., "type": ..., "message": ...}}``: stdout is
   exactly one JSON document whether the command succeeded or not, so a script reading it can tell a
   failure from empty output.
+- A reader that goes away (``icebatch ledger runs | head -1``) ends the command quietly with status 141, as
+  a command killed by SIGPIPE ends; a broken pipe anywhere else (a socket, a child) is an error as any other.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from icebatch.core.errors import EXIT_FAILED, EXIT_PERMANENT, IcebatchError, PermanentError, exit_status
+from icebatch.core.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILED,
+    EXIT_PERMANENT,
+    IcebatchError,
+    PermanentError,
+    exit_status,
+)
 from icebatch.core.untrusted import summarize
 
 JSON_FLAG = "--json"
@@ -97,9 +108,23 @@ def run_cli(
         args = parser.parse_args(argv)
         return body(args)
     except Exception as e:
+        if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
+            # what is still buffered can go nowhere: without this, the interpreter's last flush fails too
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_BROKEN_PIPE
         as_json = json_wanted(argv, args)
         if not (as_json or isinstance(e, IcebatchError)):
             raise
         return fail(program, e, as_json=as_json, status=status_of(e))
     except KeyboardInterrupt as e:
         return fail(program, e, as_json=json_wanted(argv, args), status=status_of(e))
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (the kernel reports an error condition on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLERR)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (OSError, ValueError):  # no descriptor (stdout replaced or closed)
+        return False

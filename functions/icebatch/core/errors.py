@@ -83,6 +83,7 @@ EXIT_TRANSIENT = 3  # a dependency is unavailable: retry later
 EXIT_OTHER = 4  # another icebatch error (e.g. a commit conflict outside a job)
 EXIT_CONFLICT = 5  # the job found its range already covered by another run: nothing to do
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as a command killed by it
 
 
 def exit_status(error: BaseException) -> tuple[int, str]:
