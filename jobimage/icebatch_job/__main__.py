@@ -1,6 +1,5 @@
-import sys
-
 from icebatch_job.cli import main
+from icebatch_job.runtime import end_process
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())

@@ -7,17 +7,19 @@ that does not matter (the container goes), on a laptop or a CI machine it does.
 
 ``start_reaper()`` forks a small watchdog before anything else starts. While the job lives, the
 watchdog keeps the set of the job's descendants up to date from ``/proc`` (parent links, once a second);
-when the job ends, however it ends (the watchdog sees its end of a pipe close), it sends SIGKILL to every
-process it last saw descending from the job, and to their descendants, and exits. A job that shuts
-down cleanly has nothing left for it to kill. Linux only (elsewhere it does nothing).
+when the job ends, however it ends (the watchdog sees its end of a pipe close, at once), it sends SIGKILL to
+every process it last saw descending from the job, and to their descendants, and exits. A job that shuts
+down cleanly has nothing left for it to kill. The watchdog holds none of the job's standard streams: a
+reader of the job's output (a pipe, a pod's log) sees its end when the job ends. Linux only (elsewhere it
+does nothing).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
-import time
 from pathlib import Path
 
 POLL_SECONDS = 1.0
@@ -54,18 +56,14 @@ def descendants(root: int, parents: dict[int, int] | None = None) -> set[int]:
     return found
 
 
-def _watch(job: int, ended: int, me: int) -> None:
+def _watch(job: int, ended: int, me: int, poll_seconds: float) -> None:
     """The watchdog's life: follow the job's tree until the pipe closes, then kill what is left of it."""
     known: set[int] = set()
-    os.set_blocking(ended, False)
     while True:
-        try:
-            if os.read(ended, 1) == b"":
-                break  # every write end is closed: the job has ended
-        except BlockingIOError:
-            pass
         known |= descendants(job) - {me}
-        time.sleep(POLL_SECONDS)
+        readable, _, _ = select.select([ended], [], [], poll_seconds)
+        if readable and os.read(ended, 1) == b"":
+            break  # every write end is closed: the job has ended
     parents = _parents()
     left = set()
     for pid in known:  # orphans now hang from PID 1: what they started hangs from them
@@ -78,8 +76,11 @@ def _watch(job: int, ended: int, me: int) -> None:
             pass
 
 
-def start_reaper() -> int | None:
-    """Fork the watchdog (once per process); its pid, or None where there is no /proc."""
+def start_reaper(poll_seconds: float = POLL_SECONDS) -> int | None:
+    """Fork the watchdog (once per process); its pid, or None where there is no /proc.
+
+    ``poll_seconds``: how often it looks for the job's new descendants (its end it sees at once).
+    """
     if not sys.platform.startswith("linux") or not Path("/proc/self/stat").exists():
         return None
     job = os.getpid()
@@ -90,7 +91,10 @@ def start_reaper() -> int | None:
             os.close(alive)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the job's group is the job's
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            _watch(job, ended, os.getpid())
+            quiet = os.open(os.devnull, os.O_RDWR)
+            for stream in (0, 1, 2):  # the job's reader sees its end when the job ends, not when this one does
+                os.dup2(quiet, stream)
+            _watch(job, ended, os.getpid(), poll_seconds)
         finally:
             os._exit(0)
     os.close(ended)
