@@ -116,7 +116,8 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
             _node_ip_address="127.0.0.1",
         )
     log.info("starting Ray (%s)", address or "local, 127.0.0.1")
-    with nullcontext() if address else local_head_without_idle_processes(skip_dashboard=not usage_stats_on(env)):
+    quiet = local_head_without_idle_processes(usage_stats=usage_stats_on(env), log_to_driver=kwargs["log_to_driver"])
+    with nullcontext() if address else quiet:
         ray.init(**kwargs)
     from ray.data import DataContext
 
@@ -165,24 +166,30 @@ def _not_started(name: str) -> Any:
 
 
 @contextmanager
-def local_head_without_idle_processes(*, skip_dashboard: bool) -> Iterator[None]:
+def local_head_without_idle_processes(*, usage_stats: bool, log_to_driver: bool) -> Iterator[None]:
     """A local Ray instance started without the head processes that would have nothing to do in it.
 
+    Each is a Python interpreter importing Ray while the engine starts, on the same cores:
+
     - **The autoscaler's monitor**, always: a private instance on one machine has no nodes to add or remove.
-      It is a Python interpreter importing Ray's autoscaler while the engine starts, and at the end it
-      ignores the SIGTERM of ``ray.shutdown``, which waits its full second before killing it. KubeRay's
-      operator starts a head the same way (``no_monitor``), its autoscaler running beside it.
-    - **The dashboard process**, when ``skip_dashboard`` (usage stats off, the job's default): with
+      At the end it ignores the SIGTERM of ``ray.shutdown``, which waits its full second before killing
+      it. KubeRay's operator starts a head the same way (``no_monitor``), its autoscaler running beside it.
+    - **The dashboard process**, unless ``usage_stats`` (the job turns them off): with
       ``include_dashboard=False`` Ray 2.60 still starts it (loading only its usage-stats module) and
       ``ray.init`` waits for it to publish an address before it starts the raylet: ~1.3 s on 2 cores on the
       path to the engine's first token. Nothing else reads it (the state API it would serve is not loaded
       when the dashboard is not included).
+    - **The log monitor**, unless ``log_to_driver`` (the job forwards workers' logs only when debugging):
+      it forwards them to the driver and nothing else, looking through the log folder ten times a second.
+      The logs stay in the session's folder.
 
     On a cluster the job connects to (a RayJob), Ray's head starts as deployed.
     """
     from ray._private import node
 
-    skipped = ["start_monitor", *(["start_api_server"] if skip_dashboard else [])]
+    skipped = ["start_monitor"]
+    skipped += [] if usage_stats else ["start_api_server"]
+    skipped += [] if log_to_driver else ["start_log_monitor"]
     originals = {name: getattr(node.Node, name, None) for name in skipped}
     if None in originals.values():  # another Ray: its own start-up
         yield

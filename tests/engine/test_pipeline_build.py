@@ -88,22 +88,25 @@ def test_the_local_clusters_workers_get_the_job_environment_from_the_process(job
     assert not ray.get_runtime_context().runtime_env.get("env_vars")
 
 
-def test_the_local_cluster_starts_no_dashboard_or_autoscaler_process(job_ray: dict) -> None:
+def test_the_local_cluster_starts_no_head_process_it_has_no_use_for(job_ray: dict) -> None:
     import ray
     from ray._private import ray_constants
 
-    # given a local cluster the job started (include_dashboard=False)
+    # given a local cluster the job started (include_dashboard=False, workers' logs not forwarded)
     node = ray._private.worker.global_worker.node
     # then Ray started its GCS and raylet but no dashboard process (Ray 2.60 starts one anyway, with only its
-    # usage-stats module, and waits for it before it starts the raylet) and no autoscaler monitor (nothing
-    # to scale on one machine; at the end it ignores ray.shutdown's SIGTERM for a whole second)
+    # usage-stats module, and waits for it before it starts the raylet), no autoscaler monitor (nothing to
+    # scale on one machine; at the end it ignores ray.shutdown's SIGTERM for a whole second) and no log
+    # monitor (it only forwards workers' logs to the driver)
     assert {ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET} <= set(node.all_processes)
-    assert ray_constants.PROCESS_TYPE_DASHBOARD not in node.all_processes, sorted(node.all_processes)
-    assert ray_constants.PROCESS_TYPE_MONITOR not in node.all_processes, sorted(node.all_processes)
+    for idle in (ray_constants.PROCESS_TYPE_DASHBOARD, ray_constants.PROCESS_TYPE_MONITOR,
+                 ray_constants.PROCESS_TYPE_LOG_MONITOR):  # fmt: skip
+        assert idle not in node.all_processes, sorted(node.all_processes)
     commands = _child_commands(os.getpid())
     assert commands  # the GCS and the raylet at least
     assert not [c for c in commands if b"dashboard/dashboard.py" in c], commands
     assert not [c for c in commands if re.search(rb"autoscaler/(_private|v2)/monitor\.py", c)], commands
+    assert not [c for c in commands if b"log_monitor.py" in c], commands
     # and the cluster works
     assert ray.get(ray.remote(num_cpus=0)(lambda: 42).remote()) == 42
 
@@ -116,23 +119,37 @@ from ray._private import ray_constants
 from icebatch.core.settings import Settings
 from icebatch_job.runtime import init_ray
 
-init_ray(Settings(home=Path(sys.argv[1])), {"RAY_USAGE_STATS_ENABLED": "1"})
+init_ray(Settings(home=Path(sys.argv[1]), log_level=sys.argv[2]), {"RAY_USAGE_STATS_ENABLED": sys.argv[3]})
 processes = ray._private.worker.global_worker.node.all_processes
 print("dashboard process:", ray_constants.PROCESS_TYPE_DASHBOARD in processes)
 print("monitor process:", ray_constants.PROCESS_TYPE_MONITOR in processes)
+print("log monitor process:", ray_constants.PROCESS_TYPE_LOG_MONITOR in processes)
 ray.shutdown()
 """
 
 
+def _probe(home: Path, log_level: str, usage_stats: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", STATS_ON_PROBE, str(home), log_level, usage_stats],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def test_with_usage_stats_on_the_local_cluster_keeps_its_dashboard_process(tmp_path: Path) -> None:
     # given usage stats on (the dashboard process is what reports them); when the job starts its local cluster
-    done = subprocess.run(
-        [sys.executable, "-c", STATS_ON_PROBE, str(tmp_path)], capture_output=True, text=True, timeout=300
-    )
+    out = _probe(tmp_path, "INFO", "1")
     # then Ray starts it as usual (and still no autoscaler monitor: that does not depend on usage stats)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "dashboard process: True" in done.stdout, done.stdout
-    assert "monitor process: False" in done.stdout, done.stdout
+    assert "dashboard process: True" in out, out
+    assert "monitor process: False" in out, out
+
+
+def test_when_debugging_the_local_cluster_keeps_its_log_monitor(tmp_path: Path) -> None:
+    # given ICEBATCH_LOG_LEVEL=DEBUG (the job forwards its workers' logs); when the job starts its local cluster
+    out = _probe(tmp_path, "DEBUG", "0")
+    # then the log monitor that forwards them runs
+    assert "log monitor process: True" in out, out
 
 
 def _child_commands(pid: int) -> list[bytes]:
