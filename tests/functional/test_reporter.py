@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -38,6 +41,7 @@ from tests.support.runs import Crash, dies_after, run_once
 pytestmark = pytest.mark.functional
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "eventbridge" / "examples"
+CODE = f"{ROOT / 'functions'}:{ROOT / 'jobimage'}"  # this clone's code, in every process a test starts
 
 
 def example(name: str, kind: str = "valid") -> dict[str, Any]:
@@ -335,3 +339,29 @@ def test_an_event_the_job_cannot_send_is_logged_with_what_happens_next(
         assert line.endswith(f"the run is committed: `icebatch report {detail.run_id}` rebuilds its report")
     else:
         assert line.endswith("the nightly reconciliation reports the job if it failed")
+
+
+REPORTER_BESIDE_RAY = """
+import json, sys
+from pathlib import Path
+import ray  # the job's process has imported Ray when its local bus calls the reporter
+from icebatch.core.settings import Settings
+from icebatch.tools.invoke import invoke
+event = json.loads(Path(sys.argv[2]).read_text())
+invoke("reporter", event, Settings(home=Path(sys.argv[1])), logs_to_stderr=True)
+"""
+
+
+def test_the_reporter_logs_as_on_aws_in_a_process_that_imported_ray(tmp_path: Path) -> None:
+    # given a process that imported Ray (the local job, whose event bus calls the reporter in-process)
+    event = EXAMPLES / "valid" / "batch-job-completed.json"
+    # when the reporter handles a completion event there
+    done = subprocess.run(
+        [sys.executable, "-c", REPORTER_BESIDE_RAY, str(tmp_path), str(event)], capture_output=True, text=True,
+        timeout=300, env={**os.environ, "PYTHONPATH": CODE},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    # then its log records are the handler's own, as in Lambda: none carries Ray's tag
+    records = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert [r for r in records if r.get("message") == "cost report"], done.stderr[-2000:]
+    assert not [r for r in records if "_ray_timestamp_ns" in r], records

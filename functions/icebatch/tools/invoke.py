@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +70,8 @@ def invoke(function: str, event: Any, settings: Settings, *, logs_to_stderr: boo
     module = importlib.import_module(HANDLERS[function])
     context = LocalContext(function_name=f"icebatch-{function}")
     if not logs_to_stderr:
-        result: dict[str, Any] = module.lambda_handler(event, context, settings=settings)
+        with lambda_log_records():
+            result: dict[str, Any] = module.lambda_handler(event, context, settings=settings)
         return result
     handler = getattr(getattr(module, "logger", None), "registered_handler", None)
     if handler is not None and hasattr(handler, "setStream"):
@@ -78,10 +82,24 @@ def invoke(function: str, event: Any, settings: Settings, *, logs_to_stderr: boo
     previous = os.environ.get("POWERTOOLS_METRICS_DISABLED")
     os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
     try:
-        result = module.lambda_handler(event, context, settings=settings)
+        with lambda_log_records():
+            result = module.lambda_handler(event, context, settings=settings)
     finally:
         if previous is None:
             os.environ.pop("POWERTOOLS_METRICS_DISABLED", None)
         else:
             os.environ["POWERTOOLS_METRICS_DISABLED"] = previous
     return result
+
+
+@contextmanager
+def lambda_log_records() -> Iterator[None]:
+    """The handler's log records made as in a Lambda function, where no Ray is: in a process that imported
+    Ray (the local job, whose event bus calls the reporter in-process) Ray's record factory tags every
+    record, and the handlers' JSON logs would carry its ``_ray_timestamp_ns``."""
+    factory = logging.getLogRecordFactory()
+    logging.setLogRecordFactory(logging.LogRecord)
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(factory)
