@@ -1,6 +1,6 @@
-import sys
+from icebatch_job.runtime import end_process
 
 from icebatch.tools.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())
