@@ -48,10 +48,13 @@ def cpu() -> dict[str, Any]:
             info.setdefault(key.strip(), value.strip())
     except OSError:
         return {"model": platform.processor() or "unknown", "flags": []}
+    from icebatch_job.runtime import cpu_has_native_bf16
+
     wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "fma")
     return {
         "model": info.get("model name", "unknown"),
         "flags": [f for f in wanted if f in info.get("flags", "").split()],
+        "native_bf16": cpu_has_native_bf16(),  # without it the engine runs in float32 (pipeline.engine_dtype)
     }
 
 

@@ -118,6 +118,17 @@ def _side(wall: float, started: float, rows: int, tokens: int, first: float, las
     }
 
 
+def _dtype() -> str:
+    """The dtype both sides' engines ran in on this machine (``auto``: the model's own)."""
+    from icebatch.core.settings import Settings
+    from icebatch_job.pipeline import engine_dtype
+    from icebatch_job.runtime import cpu_has_native_bf16
+
+    engine = Settings.from_env().engine
+    device = "gpu" if engine.device == "gpu" else "cpu"
+    return engine_dtype(engine.dtype, device, native_bf16=device != "cpu" or cpu_has_native_bf16())
+
+
 def small_model(root: Path) -> str:
     """``--model small``: the tiny model's config grown to ``SMALL_SHAPE``, random weights (dummy loader)."""
     from icebatch.core.settings import Settings
@@ -176,6 +187,7 @@ def main() -> None:
         "end_to_end_ratio_spread": [round(min(r["ratio"] for r in runs), 3), round(max(r["ratio"] for r in runs), 3)],
         "median": {side: {k: med(side, k) for k in runs[0][side]} for side in ("bare", "job")},
         "generation_ratio": gen_ratio,
+        "engine_dtype": _dtype(),
         "goals": {"end_to_end_ratio": ">= 0.95"},
     }
     path = write("pipeline_vs_bare" if args.model == "tiny" else "pipeline_vs_bare_small", result)

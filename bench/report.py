@@ -39,6 +39,16 @@ def _job_vs_bare(p: dict[str, Any], title: str) -> list[str]:
     ]
 
 
+def _dtype_note(p: dict[str, Any]) -> str:
+    """Which dtype the engines ran in (results from before it was recorded say nothing)."""
+    dtype = p.get("engine_dtype")
+    if dtype is None:
+        return ""
+    if dtype == "float32" and not p["machine"].get("cpu", {}).get("native_bf16", True):
+        return ", engines in float32 (no native bfloat16 on this CPU: `ICEBATCH_DTYPE=auto`)"
+    return f", engines in {'the model dtype (bfloat16)' if dtype == 'auto' else dtype}"
+
+
 def render() -> str:
     lines = [
         "Measured by `make bench` on this machine kind (2 cores, CPU only, the tiny model unless said). Every",
@@ -157,7 +167,9 @@ def render() -> str:
         lines += [
             "",
             f"The job-vs-bare figures come from {cpu.get('model', 'an unrecorded CPU')} "
-            f"({', '.join(cpu.get('flags', [])) or 'no flags recorded'}), {tiny['machine'].get('cpus')} CPUs: both "
+            f"({', '.join(cpu.get('flags', [])) or 'no flags recorded'}), {tiny['machine'].get('cpus')} CPUs"
+            + _dtype_note(tiny)
+            + ": both "
             "sides are whole processes alternated in one run, over the same tickets, sharing one warm model cache; "
             "the bare script writes nothing back. "
             + ('The job misses its goal here: see "Where the job\'s time goes" below.' if missed else ""),

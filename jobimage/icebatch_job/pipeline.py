@@ -79,11 +79,22 @@ def concurrent_batches(batch_size: int, max_num_seqs: int) -> int:
     return max(MIN_CONCURRENT_BATCHES, math.ceil(max_num_seqs / batch_size) + SPARE_BATCHES)
 
 
-def engine_config(settings: Settings, model_source: str, device: str) -> EngineConfig:
-    """vLLM engine arguments from the settings (pure; see tests/unit/test_engine_plan.py)."""
+def engine_dtype(dtype: str, device: str, *, native_bf16: bool) -> str:
+    """The dtype vLLM gets: the setting, except that ``auto`` (the model's own, bfloat16 for most models) is
+    float32 on a CPU without native bfloat16 (``runtime.cpu_has_native_bf16``), where torch emulates bfloat16's
+    matmuls: the tiny model generated 2.0x the output tokens per second in float32 on an AVX2-only CPU."""
+    return "float32" if dtype == "auto" and device == "cpu" and not native_bf16 else dtype
+
+
+def engine_config(settings: Settings, model_source: str, device: str, *, native_bf16: bool = True) -> EngineConfig:
+    """vLLM engine arguments from the settings (pure; see tests/unit/test_engine_plan.py).
+
+    ``native_bf16``: whether the engine's CPU computes in bfloat16 natively (``runtime.cpu_has_native_bf16``;
+    it matters only on CPU, see ``engine_dtype``).
+    """
     kwargs: dict[str, Any] = {
         "max_model_len": settings.engine.max_model_len,
-        "dtype": settings.engine.dtype,
+        "dtype": engine_dtype(settings.engine.dtype, device, native_bf16=native_bf16),
         "enable_prefix_caching": settings.engine.enable_prefix_caching,
         "enable_chunked_prefill": settings.engine.enable_chunked_prefill,
         "enforce_eager": settings.engine.enforce_eager
@@ -245,7 +256,9 @@ def build_pipeline(
         name = settings.engine.endpoint_model or "endpoint"
         dataset = build_endpoint_pipeline(source, task, settings, window=window)
         return BuiltPipeline(dataset, ResultParser(task, run_id, name), name)
-    cfg = engine_config(settings, model, device)
+    from icebatch_job.runtime import cpu_has_native_bf16
+
+    cfg = engine_config(settings, model, device, native_bf16=device != "cpu" or cpu_has_native_bf16())
     dataset, data_column = build_engine_pipeline(
         source,
         task,

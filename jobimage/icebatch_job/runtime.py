@@ -231,6 +231,28 @@ def without_usage_telemetry() -> Iterator[None]:
         vllm_engine_proc.get_or_create_telemetry_agent = original
 
 
+# CPU features that make bfloat16 matmuls native: x86's in /proc/cpuinfo's "flags", aarch64's in its "Features"
+NATIVE_BF16_FEATURES = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this machine's CPU computes in bfloat16 natively (``cpuinfo``: ``/proc/cpuinfo``'s text).
+
+    Without it (an AVX2-only x86 CPU, say) torch emulates bfloat16 matmuls. Where the CPU cannot be read
+    (no ``/proc``), the answer is yes: nothing is changed on a guess.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return True
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return bool(NATIVE_BF16_FEATURES & set(value.split()))
+    return True
+
+
 def detect_device(settings: Settings) -> str:
     """`cpu` or `gpu`: as configured, or what the Ray cluster has when `auto`."""
     if settings.engine.device != "auto":

@@ -12,6 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from icebatch_job.pipeline import engine_dtype
+from icebatch_job.runtime import cpu_has_native_bf16
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -23,11 +26,12 @@ def free_port() -> int:
 def vllm_openai_server(model: Path, env: dict[str, str], log: Path, timeout: float = 300) -> Iterator[str]:
     """Start `vllm` serving ``model``; yield its base URL (``http://127.0.0.1:PORT/v1``)."""
     port = free_port()
+    dtype = engine_dtype("auto", "cpu", native_bf16=cpu_has_native_bf16())  # as the job's engine on this CPU
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model), "--served-model-name", "tiny",
         "--host", "127.0.0.1", "--port", str(port),
-        "--max-model-len", "2048", "--enforce-eager", "--dtype", "bfloat16",
+        "--max-model-len", "2048", "--enforce-eager", "--dtype", dtype,
         "--structured-outputs-config", '{"backend": "guidance", "disable_any_whitespace": true}',
     ]  # fmt: skip
     with log.open("w") as out:

@@ -6,7 +6,7 @@ import pytest
 from icebatch.core.settings import Settings
 from icebatch_job.model import is_remote_model
 from icebatch_job.pipeline import engine_config, in_flight_rows, processor_config
-from icebatch_job.runtime import job_environment, usage_stats_on
+from icebatch_job.runtime import cpu_has_native_bf16, job_environment, usage_stats_on
 
 pytestmark = pytest.mark.unit
 
@@ -155,3 +155,36 @@ def test_more_replicas_grow_the_chunk_instead_of_failing_the_run() -> None:
     chunk = chunk_size(four.progress.chunk_rows, in_flight)
     assert chunk == 2 * in_flight and commit_every(chunk, in_flight) == in_flight
     assert chunk_size(1200, in_flight_rows(Settings())) == 1200  # one replica: the default as it is
+
+
+AVX2_ONLY = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2 fma f16c\n"
+AVX512_BF16 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n"
+ARM_BF16 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
+ARM_PLAIN = "processor\t: 0\nFeatures\t: fp asimd crc32\n"
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "native"), [(AVX2_ONLY, False), (AVX512_BF16, True), (ARM_BF16, True), (ARM_PLAIN, False), ("", True)]
+)
+def test_native_bfloat16_is_read_from_the_cpus_features(cpuinfo: str, native: bool) -> None:
+    # an unreadable or featureless cpuinfo changes nothing (no guess)
+    assert cpu_has_native_bf16(cpuinfo) is native
+
+
+@pytest.mark.parametrize(
+    ("dtype", "device", "native_bf16", "expected"),
+    [
+        ("auto", "cpu", False, "float32"),  # bfloat16 emulated: the tiny model ran at half float32's tok/s
+        ("auto", "cpu", True, "auto"),  # the model's own (bfloat16) where the CPU has it
+        ("bfloat16", "cpu", False, "bfloat16"),  # an explicit dtype is the operator's
+        ("auto", "gpu", False, "auto"),  # a GPU's dtype is not the host CPU's business
+    ],
+)
+def test_auto_dtype_is_float32_on_a_cpu_without_native_bfloat16(
+    dtype: str, device: str, native_bf16: bool, expected: str
+) -> None:
+    # given ICEBATCH_DTYPE and the engine's device and CPU
+    # when the engine is planned (the bare benchmark script plans it the same way)
+    cfg = engine_config(Settings(dtype=dtype), "/models/tiny", device, native_bf16=native_bf16)
+    # then vLLM gets float32 only where it would otherwise emulate bfloat16
+    assert cfg.engine_kwargs["dtype"] == expected
