@@ -172,7 +172,12 @@ def render() -> str:
             + ": both "
             "sides are whole processes alternated in one run, over the same tickets, sharing one warm model cache; "
             "the bare script writes nothing back. "
-            + ('The job misses its goal here: see "Where the job\'s time goes" below.' if missed else ""),
+            + (
+                f"The job misses its goal here{' with the tiny model' if missed == [tiny] and small else ''}: "
+                'see "Where the job\'s time goes" below.'
+                if missed
+                else ""
+            ),
         ]
     return "\n".join(lines)
 

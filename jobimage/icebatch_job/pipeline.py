@@ -259,6 +259,13 @@ def build_pipeline(
     from icebatch_job.runtime import cpu_has_native_bf16
 
     cfg = engine_config(settings, model, device, native_bf16=device != "cpu" or cpu_has_native_bf16())
+    if cfg.engine_kwargs["dtype"] != settings.engine.dtype:
+        log.info(
+            "engine in %s: this CPU has no native bfloat16 (ICEBATCH_DTYPE=%s; set ICEBATCH_DTYPE=bfloat16 to "
+            "keep the model's)",
+            cfg.engine_kwargs["dtype"],
+            settings.engine.dtype,
+        )
     dataset, data_column = build_engine_pipeline(
         source,
         task,
