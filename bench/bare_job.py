@@ -29,7 +29,7 @@ def run() -> dict[str, Any]:
     from icebatch.core.settings import Settings
     from icebatch_job.pipeline import engine_config
     from icebatch_job.prompts import PromptBuilder
-    from icebatch_job.runtime import cpu_has_native_bf16
+    from icebatch_job.runtime import engine_has_native_bf16
     from transformers import AutoTokenizer
 
     settings = Settings.from_env()
@@ -45,8 +45,9 @@ def run() -> dict[str, Any]:
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     device = settings.engine.device if settings.engine.device != "auto" else "cpu"
-    native_bf16 = device != "cpu" or cpu_has_native_bf16()
-    llm = LLM(model=model, **engine_config(settings, model, device, native_bf16=native_bf16).engine_kwargs)
+    llm = LLM(
+        model=model, **engine_config(settings, model, device, native_bf16=engine_has_native_bf16(device)).engine_kwargs
+    )
     engine_ready_at = time.time()
     structured = StructuredOutputsParams(json=task.output_schema_json) if settings.engine.structured_output else None
     params = SamplingParams(

@@ -122,11 +122,11 @@ def _dtype() -> str:
     """The dtype both sides' engines ran in on this machine (``auto``: the model's own)."""
     from icebatch.core.settings import Settings
     from icebatch_job.pipeline import engine_dtype
-    from icebatch_job.runtime import cpu_has_native_bf16
+    from icebatch_job.runtime import engine_has_native_bf16
 
     engine = Settings.from_env().engine
     device = "gpu" if engine.device == "gpu" else "cpu"
-    return engine_dtype(engine.dtype, device, native_bf16=device != "cpu" or cpu_has_native_bf16())
+    return engine_dtype(engine.dtype, device, native_bf16=engine_has_native_bf16(device))
 
 
 def small_model(root: Path) -> str:

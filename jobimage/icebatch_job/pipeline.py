@@ -256,9 +256,9 @@ def build_pipeline(
         name = settings.engine.endpoint_model or "endpoint"
         dataset = build_endpoint_pipeline(source, task, settings, window=window)
         return BuiltPipeline(dataset, ResultParser(task, run_id, name), name)
-    from icebatch_job.runtime import cpu_has_native_bf16
+    from icebatch_job.runtime import engine_has_native_bf16
 
-    cfg = engine_config(settings, model, device, native_bf16=device != "cpu" or cpu_has_native_bf16())
+    cfg = engine_config(settings, model, device, native_bf16=engine_has_native_bf16(device))
     if cfg.engine_kwargs["dtype"] != settings.engine.dtype:
         log.info(
             "engine in %s: this CPU has no native bfloat16 (ICEBATCH_DTYPE=%s; set ICEBATCH_DTYPE=bfloat16 to "

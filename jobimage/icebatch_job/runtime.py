@@ -253,6 +253,12 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     return True
 
 
+def engine_has_native_bf16(device: str) -> bool:
+    """Whether an engine on ``device`` computes in bfloat16 natively: a GPU's dtype is not the host CPU's
+    business (yes); on CPU, ``cpu_has_native_bf16`` (the ``native_bf16`` of ``pipeline.engine_config``)."""
+    return device != "cpu" or cpu_has_native_bf16()
+
+
 def detect_device(settings: Settings) -> str:
     """`cpu` or `gpu`: as configured, or what the Ray cluster has when `auto`."""
     if settings.engine.device != "auto":

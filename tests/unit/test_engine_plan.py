@@ -6,7 +6,7 @@ import pytest
 from icebatch.core.settings import Settings
 from icebatch_job.model import is_remote_model
 from icebatch_job.pipeline import engine_config, in_flight_rows, processor_config
-from icebatch_job.runtime import cpu_has_native_bf16, job_environment, usage_stats_on
+from icebatch_job.runtime import cpu_has_native_bf16, engine_has_native_bf16, job_environment, usage_stats_on
 
 pytestmark = pytest.mark.unit
 
@@ -169,6 +169,13 @@ ARM_PLAIN = "processor\t: 0\nFeatures\t: fp asimd crc32\n"
 def test_native_bfloat16_is_read_from_the_cpus_features(cpuinfo: str, native: bool) -> None:
     # an unreadable or featureless cpuinfo changes nothing (no guess)
     assert cpu_has_native_bf16(cpuinfo) is native
+
+
+def test_only_a_cpu_engine_asks_the_hosts_cpu_about_bfloat16() -> None:
+    # given this host's CPU, whatever it is
+    # then a GPU engine is taken as native and a CPU engine gets what the host's flags say
+    assert engine_has_native_bf16("gpu") is True
+    assert engine_has_native_bf16("cpu") is cpu_has_native_bf16()
 
 
 @pytest.mark.parametrize(
