@@ -26,12 +26,30 @@ def _latest(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+GOAL = 0.95  # bare wall / job wall
+
+
+def ratio_text(ratio: float, goal: float = GOAL) -> str:
+    """A ratio to two places, or three where two would round it across the goal (0.946 is not 0.95)."""
+    shown = f"{ratio:.2f}"
+    return f"{ratio:.3f}" if (float(shown) >= goal) != (ratio >= goal) else shown
+
+
+def _missed_text(p: dict[str, Any]) -> str:
+    return f"{p['end_to_end_ratio']:.3f} with the {p['model']} model"
+
+
+def _cpu_of(p: dict[str, Any]) -> tuple[Any, ...]:
+    cpu = p["machine"].get("cpu", {})
+    return cpu.get("model"), tuple(cpu.get("flags", [])), p.get("engine_dtype")
+
+
 def _job_vs_bare(p: dict[str, Any], title: str) -> list[str]:
     b, j = p["median"]["bare"], p["median"]["job"]
     lo, hi = p["end_to_end_ratio_spread"]
     return [
         f"| {title} ({p['rows']:,} rows, {len(p['runs'])} runs) | {b['wall_s']:.1f} s | {j['wall_s']:.1f} s | "
-        f"**{p['end_to_end_ratio']:.2f}** (runs {lo:.2f}-{hi:.2f}) | >= 0.95 |",
+        f"**{ratio_text(p['end_to_end_ratio'])}** (runs {lo:.2f}-{hi:.2f}) | >= {GOAL} |",
         f"| ... start-up, process start to first token | {b['first_token_s']:.1f} s | {j['first_token_s']:.1f} s "
         f"| {b['first_token_s'] / j['first_token_s']:.2f} | |",
         f"| ... generation, output tok/s (first token to last result) | {b['generation_tok_per_s']:,.0f} | "
@@ -63,12 +81,15 @@ def render() -> str:
     if tiny:
         lines += _job_vs_bare(tiny, "**whole job process vs a bare `vllm.LLM` script**")
     if small:
-        pace = (
-            f", {small['median']['bare']['generation_tok_per_s'] / tiny['median']['bare']['generation_tok_per_s']:.2f}x"
-            " the tiny model's bare tok/s"
-            if tiny
-            else ""
-        )
+        if tiny and _cpu_of(tiny) == _cpu_of(small):
+            ratio = small["median"]["bare"]["generation_tok_per_s"] / tiny["median"]["bare"]["generation_tok_per_s"]
+            pace = f", {ratio:.2f}x the tiny model's bare tok/s"
+        else:  # a pace between two machines would say nothing about the model
+            cpu = small["machine"].get("cpu", {})
+            pace = (
+                f"; measured on another machine: {cpu.get('model', 'an unrecorded CPU')} "
+                f"({', '.join(cpu.get('flags', [])) or 'no flags recorded'}){_dtype_note(small)}"
+            )
         lines += _job_vs_bare(small, f"the same, a ~20 M-parameter random Llama (`--model small`{pace})")
     so = _latest("scale_out")
     if so:
@@ -163,7 +184,7 @@ def render() -> str:
         ]
     if tiny:
         cpu = tiny["machine"].get("cpu", {})
-        missed = [x for x in (tiny, small) if x and x["end_to_end_ratio"] < 0.95]
+        missed = [x for x in (tiny, small) if x and x["end_to_end_ratio"] < GOAL]
         lines += [
             "",
             f"The job-vs-bare figures come from {cpu.get('model', 'an unrecorded CPU')} "
@@ -173,7 +194,8 @@ def render() -> str:
             "sides are whole processes alternated in one run, over the same tickets, sharing one warm model cache; "
             "the bare script writes nothing back. "
             + (
-                f"The job misses its goal here{' with the tiny model' if missed == [tiny] and small else ''}: "
+                "The job misses its goal here "
+                f"({'; '.join(_missed_text(x) for x in missed)}): "
                 'see "Where the job\'s time goes" below.'
                 if missed
                 else ""

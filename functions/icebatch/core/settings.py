@@ -301,10 +301,10 @@ class EngineSettings(Section):
         default="auto", description="`auto` picks gpu when the Ray cluster has GPUs, else cpu."
     )
     accelerator_type: str | None = Field(default=None, description="Ray accelerator type, e.g. `L4`.")
-    dtype: str = Field(
+    dtype: Literal["auto", "bfloat16", "float16", "half", "float32", "float"] = Field(
         default="auto",
-        description="vLLM dtype. `auto`: the model's own, but float32 on a CPU without native bfloat16 (AVX512-BF16, "
-        "AMX), which emulates it at about half the speed.",
+        description="vLLM dtype (its names). `auto`: the model's own, but float32 on a CPU without native "
+        "bfloat16 (AVX512-BF16, AMX), which emulates it at about half the speed.",
     )
     max_model_len: int = Field(
         default=2048, ge=128, le=2**20, description="Context length; longer inputs are truncated."
