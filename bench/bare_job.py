@@ -3,7 +3,8 @@
 It does what a user would write by hand: read the source table's rows (pyiceberg), build the same prompts
 (the job's ``PromptBuilder``: same template, same token ids), construct ``vllm.LLM`` with the same engine
 arguments, generate with the same sampling and structured output, and parse every answer. It writes
-nothing back (a stricter baseline than the job, which commits its results). Run as its own process by
+nothing back (a stricter baseline than the job, which commits its results). It leaves detokenizing to vLLM
+(as tokens arrive, its default), as a hand-written script does. Run as its own process by
 ``bench.pipeline_vs_bare``, with the job's environment (``ICEBATCH_*``, caches, ``HF_HUB_OFFLINE``):
 
     python -m bench.bare_job OUT.json   # vLLM prints on stdout: the result goes to a file

@@ -5,7 +5,8 @@ model cache), alternated in one run (B J, then J B, ...) so that drift on a nois
 
 - **bare**: ``python -m bench.bare_job``: a plain script that reads the table, builds the same prompts,
   constructs ``vllm.LLM`` with the job's engine arguments and generates with the same sampling and
-  structured output (``bench/bare_job.py``). It writes nothing back.
+  structured output (``bench/bare_job.py``). It writes nothing back, and vLLM detokenizes its answers as
+  tokens arrive (its default; the job's engine decodes each answer once: ``icebatch_job.engine_outputs``).
 - **job**: ``python -m icebatch_job run`` as the RayJob runs it: Ray start, read, engine start in Ray
   Data LLM's actors, generation, parsing, chunked commits to Iceberg, the completion event.
 

@@ -192,9 +192,10 @@ def render() -> str:
             + _dtype_note(tiny)
             + ": both "
             "sides are whole processes alternated in one run, over the same tickets, sharing one warm model cache; "
-            "the bare script writes nothing back. "
+            "the bare script writes nothing back, and detokenizes as vLLM does by default (as tokens arrive) "
+            "where the job decodes each answer once, when its batch is done."
             + (
-                "The job misses its goal here "
+                " The job misses its goal here "
                 f"({'; '.join(_missed_text(x) for x in missed)}): "
                 'see "Where the job\'s time goes" below.'
                 if missed

@@ -12,10 +12,15 @@ TOKENIZED_PROMPT = "tokenized_prompt"
 SAMPLING_PARAMS = "sampling_params"
 # ... and writes (the endpoint stage writes the same)
 GENERATED_TEXT = "generated_text"
+GENERATED_TOKENS = "generated_tokens"  # the answer's token ids (decoded in the engine's actor: engine_outputs)
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_GENERATED_TOKENS = "num_generated_tokens"
 TIME_TAKEN_LLM = "time_taken_llm"
 INFERENCE_ERROR = "__inference_error__"
+
+# what the driver's parse reads of an engine output row; the engine's actor sends on no more (engine_outputs)
+PARSED_FIELDS = (SOURCE_ID, SOURCE_FILE, SOURCE_POS, GENERATED_TEXT, INFERENCE_ERROR, TRUNCATED, EMPTY_INPUT,
+                 NUM_INPUT_TOKENS, NUM_GENERATED_TOKENS, TIME_TAKEN_LLM)  # fmt: skip
 
 # the CPU share of the light stages: on 2 cores, whole CPUs for them starve the engine
 SMALL_CPU = 0.1

@@ -5,13 +5,14 @@ vLLM starts them with ``spawn`` (forking a Ray worker is undefined behaviour: it
 connections to the cluster do not survive a fork), so each is a fresh interpreter that imports vLLM
 again: ~5 s each on CPU, one after the other, on the path to the first token.
 
-``EngineStageUDF`` wraps Ray Data LLM's vLLM stage and changes one thing: before the actor imports vLLM it starts
-a multiprocessing *fork server* (``multiprocessing.forkserver``: a fresh interpreter, not a Ray worker, so
-nothing of Ray's in it) that imports vLLM's engine core (``icebatch_job.engine_preload``) while the actor
-imports vLLM's front end. The engine core is forked from that server; in the engine core, a plain process
-as under ``vllm serve``, the model worker is forked too (vLLM's own default outside Ray). Every process
-started this way gets the environment its parent had when it started it, as with spawn (vLLM sets
-variables while it builds its config).
+``EngineStageUDF`` wraps Ray Data LLM's vLLM stage and changes two things. Its answers leave the actor
+decoded once and with only the fields the parse reads (``icebatch_job.engine_outputs``). And before the
+actor imports vLLM it starts a multiprocessing *fork server* (``multiprocessing.forkserver``: a fresh
+interpreter, not a Ray worker, so nothing of Ray's in it) that imports vLLM's engine core
+(``icebatch_job.engine_preload``) while the actor imports vLLM's front end. The engine core is forked from
+that server; in the engine core, a plain process as under ``vllm serve``, the model worker is forked too
+(vLLM's own default outside Ray). Every process started this way gets the environment its parent had when
+it started it, as with spawn (vLLM sets variables while it builds its config).
 
 Only for an engine whose executor does not use Ray (``uni``, ``mp``: one device per replica); tensor or
 pipeline parallelism over Ray keeps vLLM's ``spawn``. ``ICEBATCH_ENGINE_PROCESS_START=spawn`` (the engine
@@ -28,6 +29,8 @@ from collections.abc import AsyncIterator, Mapping
 from multiprocessing import forkserver
 from multiprocessing.context import ForkContext, ForkProcess, ForkServerContext, ForkServerProcess
 from typing import Any
+
+from icebatch_job.engine_outputs import finished_rows
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +151,8 @@ def engine_processes_from_fork_server() -> bool:
 
 
 class EngineStageUDF:
-    """Ray Data LLM's vLLM stage, with the engine's processes forked from a warm server (module docstring).
+    """Ray Data LLM's vLLM stage, with the engine's processes forked from a warm server and its answers finished
+    in the actor (module docstring).
 
     It wraps the stage rather than subclassing it: the module that defines Ray's stage imports torch and
     vLLM, and the fork server must start before those imports, which it then overlaps.
@@ -163,4 +167,7 @@ class EngineStageUDF:
 
     async def __call__(self, batch: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         async for out in self.stage(batch):
+            rows = out.get(self.stage.data_column)  # (Ray's stage yields {} for an empty batch)
+            if rows is not None:
+                out[self.stage.data_column] = finished_rows(rows, self.stage.llm.engine.tokenizer)
             yield out

@@ -18,6 +18,7 @@ from icebatch_job.columns import (
     INFERENCE_ERROR,
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
+    PARSED_FIELDS,
     SOURCE_FILE,
     SOURCE_ID,
     SOURCE_POS,
@@ -28,11 +29,6 @@ from icebatch_job.results import result_row, results_arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-
-# what the parse reads of an engine output row (the prompt's token ids are left in Arrow)
-PARSED_FIELDS = (SOURCE_ID, SOURCE_FILE, SOURCE_POS, GENERATED_TEXT, INFERENCE_ERROR, TRUNCATED, EMPTY_INPUT,
-                 NUM_INPUT_TOKENS, NUM_GENERATED_TOKENS, TIME_TAKEN_LLM)  # fmt: skip
 
 
 def output_rows(batch: pa.Table, data_column: str | None) -> list[dict[str, Any]]:

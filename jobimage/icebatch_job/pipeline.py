@@ -154,7 +154,7 @@ def processor_config(cfg: EngineConfig) -> Any:
         accelerator_type=cfg.accelerator_type,
         chat_template_stage=False,
         tokenize_stage=False,
-        detokenize_stage=False,  # vLLM detokenizes the output itself
+        detokenize_stage=False,  # the engine stage decodes its answers itself (icebatch_job.engine_outputs)
         should_continue_on_error=True,  # a failed row becomes an inference_error row, not a failed job
         log_engine_metrics=cfg.metrics,  # vLLM's metrics on Ray's Prometheus endpoint (jobimage/k8s/podmonitor.yaml)
         max_concurrent_batches=cfg.max_concurrent_batches,

@@ -27,6 +27,7 @@ from icebatch_job.columns import (
     TOKENIZED_PROMPT,
     TRUNCATED,
 )
+from icebatch_job.engine_outputs import engine_sampling
 
 if TYPE_CHECKING:
     from icebatch_job.window import RowWindow
@@ -143,8 +144,8 @@ class PromptStage:
             self.sampling["structured_outputs"] = {"json": task.output_schema_json}
         self.window = window
         self.data_column = data_column
-        if data_column is not None:
-            self.sampling["output_kind"] = FinalOnly()
+        if data_column is not None:  # the in-job engine's answers are decoded once each (engine_outputs)
+            self.sampling = engine_sampling(self.sampling) | {"output_kind": FinalOnly()}
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         n = len(batch[self.builder.task.id_column])

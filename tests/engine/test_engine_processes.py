@@ -1,8 +1,8 @@
 """The engine stage's vLLM processes: forked from a warm fork server by default, vLLM's spawn when asked.
 
 Each case builds the job's engine stage (``EngineStageUDF``, the real vLLM on CPU) in a child interpreter of
-its own (the fork server is process-wide), answers one prompt, shuts the engine down, and reports the
-processes it had.
+its own (the fork server is process-wide), answers a prompt twice (decoded the job's way and by vLLM), shuts
+the engine down, and reports the processes it had.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ SCRIPT = textwrap.dedent(
 
     import psutil
     from icebatch.core.settings import Settings
+    from icebatch_job.engine_outputs import engine_sampling
     from icebatch_job.engine_processes import EngineStageUDF
     from icebatch_job.pipeline import engine_config
     from icebatch_job.runtime import prepare_environment
@@ -48,7 +49,10 @@ SCRIPT = textwrap.dedent(
         tree = [{"pid": p.pid, "ppid": p.ppid(), "name": p.name(), "cpus": p.cpu_affinity()} for p in children]
         # the CPUs vLLM's CPU backend binds its model worker to (a spawned worker gets them from its environment)
         binding = OMPProcessManager(stage.stage.llm._vllm_config).cpu_lists[0]
-        rows = [{"prompt": "Hello", "sampling_params": {"max_tokens": 4, "temperature": 0.0}}]
+        # one answer the job's way (decoded once, in the actor), one detokenized by vLLM as tokens arrive
+        sampling = {"max_tokens": 4, "temperature": 0.0, "ignore_eos": True}
+        rows = [{"prompt": "Hello", "sampling_params": engine_sampling(sampling)},
+                {"prompt": "Hello", "sampling_params": {**sampling, "detokenize": True}}]
         outputs = [out async for out in stage({"__data": rows})]
         stage.stage.llm.shutdown()
         engine = [p for p, seen in zip(children, tree) if seen["name"].startswith("VLLM::")]
@@ -77,6 +81,15 @@ def _engine_stage(tiny_model: Path, process_start: str, tmp_path: Path) -> dict:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # vLLM may print before it
+
+
+def _answers_decoded_once(out: dict) -> None:
+    """The answer decoded once in the actor is vLLM's own text, and rows leave with only the parsed fields."""
+    from icebatch_job.columns import PARSED_FIELDS
+
+    mine, vllms = out["outputs"][0]["__data"]
+    assert mine["generated_text"] == vllms["generated_text"] and mine["generated_text"], (mine, vllms)
+    assert set(mine) <= set(PARSED_FIELDS) and "generated_tokens" not in mine and "params" not in mine, mine
 
 
 def _named(tree: list[dict], name: str) -> dict:
@@ -108,6 +121,7 @@ def test_the_engine_core_and_its_model_worker_are_forked_from_a_warm_server(tiny
     assert sorted(worker["cpus"]) == sorted(out["binding"]) and out["binding"]
     # and the engine answered; on shutdown its processes ended, and the server with the stage's process
     assert out["outputs"][0]["__data"][0]["num_generated_tokens"] == 4
+    _answers_decoded_once(out)
     assert out["left"] == []
     assert _gone(server["pid"])
 
@@ -122,4 +136,5 @@ def test_spawn_keeps_vllms_own_way(tiny_model: Path, tmp_path: Path) -> None:
     assert worker["ppid"] == core["pid"]
     assert sorted(worker["cpus"]) == sorted(out["binding"]) and out["binding"]
     assert out["outputs"][0]["__data"][0]["num_generated_tokens"] == 4
+    _answers_decoded_once(out)
     assert out["left"] == []

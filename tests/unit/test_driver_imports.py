@@ -86,7 +86,8 @@ FINAL_ONLY_PROBE = textwrap.dedent(
     from vllm.sampling_params import RequestOutputKind
     sampling = dict(row["sampling_params"])
     sampling.pop("structured_outputs")
-    print("final only:", SamplingParams(**sampling).output_kind is RequestOutputKind.FINAL_ONLY)
+    params = SamplingParams(**sampling)
+    print("final only:", params.output_kind is RequestOutputKind.FINAL_ONLY, "detokenize:", params.detokenize)
     """
 )
 
@@ -99,8 +100,9 @@ def test_the_engine_is_asked_for_final_outputs_only_without_vllm_in_the_prompt_s
     )
     assert done.returncode == 0, done.stderr[-2000:]
     # then the prompt stage never imported vLLM, and the engine builds SamplingParams that return only the final
-    # output (as vllm.LLM does): no per-token output objects and wake-ups in the engine's front end
+    # output (as vllm.LLM does): no per-token output objects and wake-ups in the engine's front end, and no
+    # detokenizing as tokens arrive (the engine's actor decodes each answer once: icebatch_job.engine_outputs)
     assert "prompt stage imported vllm: False" in done.stdout, done.stdout
-    assert "final only: True" in done.stdout, done.stdout
+    assert "final only: True detokenize: False" in done.stdout, done.stdout
     # and each row has its own sampling dict (the engine pops keys from it; rows may travel as one pickle)
     assert "own sampling dicts: True" in done.stdout, done.stdout

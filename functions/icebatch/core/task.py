@@ -68,12 +68,18 @@ class Sampling(BaseModel):
     stop: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(default=None, max_length=16)
     min_tokens: int | None = Field(default=None, ge=0, le=MAX_OUTPUT_TOKENS)
     ignore_eos: bool | None = None
-    detokenize: bool | None = None
+    detokenize: bool | None = Field(
+        default=None,
+        description="true: vLLM detokenizes as tokens arrive. Unset or false: the in-job engine decodes each "
+        "answer once when its batch is done (stop strings need vLLM's, and turn it on).",
+    )
 
     @model_validator(mode="after")
-    def _min_within_max(self) -> Sampling:
+    def _consistent(self) -> Sampling:
         if self.min_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens ({self.min_tokens}) exceeds max_tokens ({self.max_tokens})")
+        if self.stop and self.detokenize is False:
+            raise ValueError("stop strings need vLLM's detokenizer (it matches them as text arrives): drop detokenize")
         return self
 
     def params(self) -> dict[str, Any]:
