@@ -7,13 +7,17 @@ rows a ``DoneRows`` names are skipped. Two forms over the same planned files, bo
 
 - ``iter_batches``: Arrow tables in this process.
 - ``read_dataset``: a Ray dataset whose read tasks each scan a share of the planned files.
+
+A read task carries its files (paths, row counts, the positions already done) and what reading them needs
+of the table's metadata (schemas, partition specs, the name mapping, the format version), never the
+table's history: a streaming-fed source commits thousands of snapshots a day, and a task that carried them
+would grow with every one (past Ray's 1 MiB read-task limit at about 3,000).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +34,7 @@ from icebatch_job.done import DoneRows
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import FileScanTask, Table
+    from pyiceberg.table.metadata import TableMetadata
 
 _INFLATION = 5  # Parquet on disk -> Arrow in memory, a rough planning factor
 
@@ -48,13 +53,29 @@ class PlannedRange:
 
     tasks: tuple[FileScanTask, ...]
     schema: Any  # the projected pyiceberg schema
-    metadata: Any
+    metadata: Any  # ``read_metadata``: without the history
     io: Any
 
     @property
     def rows(self) -> int:
         """Source rows the range holds (incremental append scans plan no delete files)."""
         return sum(t.file.record_count for t in self.tasks)
+
+
+def read_metadata(metadata: TableMetadata) -> TableMetadata:
+    """What reading a planned file needs of the table's metadata: everything but the history (snapshots, their
+    logs, refs and statistics), whose size grows with every commit to the table."""
+    return metadata.model_copy(
+        update={
+            "snapshots": [],
+            "snapshot_log": [],
+            "metadata_log": [],
+            "refs": {},
+            "current_snapshot_id": None,
+            "statistics": [],
+            "partition_statistics": [],
+        }
+    )
 
 
 def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = None) -> PlannedRange:
@@ -70,7 +91,7 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
                 f"{t.file.file_path} has delete files, which an append range cannot have: positions would not name "
                 "rows. The source table's history is not what icebatch expects; look at its snapshots"
             )
-    return PlannedRange(tuple(tasks), scan.projection(), table.metadata, table.io)
+    return PlannedRange(tuple(tasks), scan.projection(), read_metadata(table.metadata), table.io)
 
 
 def _read_files(
@@ -139,6 +160,18 @@ def read_dataset(
     return ray.data.read_datasource(source, override_num_blocks=parallelism, num_cpus=num_cpus, concurrency=readers)
 
 
+def _read_task_fn(
+    tasks: list[FileScanTask], metadata: Any, io: Any, schema: Any, done: DoneRows, fp: Failpoint | None
+) -> Callable[[], Iterable[pa.Table]]:
+    """A read task's function: a named one (Ray names a large read task by its function's ``__name__``,
+    which a ``functools.partial`` does not have: its warning then fails the read)."""
+
+    def read_iceberg_files() -> Iterable[pa.Table]:
+        return _read_files(tasks, metadata, io, schema, done, fp)
+
+    return read_iceberg_files
+
+
 class IncrementalIcebergDatasource(Datasource):
     """Ray datasource over the files an incremental append scan planned, less the rows already done."""
 
@@ -185,7 +218,7 @@ class IncrementalIcebergDatasource(Datasource):
             )
             read_tasks.append(
                 ReadTask(
-                    partial(_read_files, share, p.metadata, p.io, p.schema, done, self._fp),
+                    _read_task_fn(share, p.metadata, p.io, p.schema, done, self._fp),
                     meta,
                     schema=arrow_schema,
                     per_task_row_limit=per_task_row_limit,

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from icebatch.core.consumers import consumer_named, load_consumers
 from icebatch.core.ledger import ResultsLedger, open_ledger
 from icebatch.core.settings import Settings
+from icebatch_job.runtime import init_ray, prepare_environment
 
 from tests.support.consumers import consumers_file
 
@@ -33,3 +35,16 @@ def read_events(settings: Settings) -> list[dict]:
 def own_settings(engine_settings: Settings, tmp_path: Path) -> Settings:
     """``engine_settings`` with a home of the test's own: its tickets, results and events alone, in any order."""
     return engine_settings.with_overrides(home=tmp_path / "home")
+
+
+@pytest.fixture(scope="module")
+def job_ray(engine_settings: Settings) -> Iterator[dict[str, str]]:
+    """Ray as the job starts it (a local cluster), started for the module that asks, and ended after it."""
+    import ray
+
+    if ray.is_initialized():  # another module's in-process job left its cluster running
+        ray.shutdown()
+    env = prepare_environment(engine_settings, device="cpu")
+    init_ray(engine_settings, env)
+    yield env
+    ray.shutdown()

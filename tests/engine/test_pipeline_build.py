@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +18,11 @@ import pytest
 from icebatch.core.consumers import consumer_named, load_consumers
 from icebatch.core.settings import Settings
 from icebatch_job.pipeline import build_pipeline
-from icebatch_job.runtime import init_ray, prepare_environment
 from icebatch_job.window import RowWindow, blocks_of
 
 pytestmark = [pytest.mark.engine]
 
 TICKET = {"ticket_id": "t-1", "subject": "Charged twice", "body": "Refund?", "customer_tier": "pro", "channel": "email"}
-
-
-@pytest.fixture(scope="module")
-def job_ray(engine_settings: Settings) -> Iterator[dict[str, str]]:
-    """Ray as the job starts it (a local cluster), started for this module alone."""
-    import ray
-
-    if ray.is_initialized():  # another module's in-process job left its cluster running
-        ray.shutdown()
-    env = prepare_environment(engine_settings, device="cpu")
-    init_ray(engine_settings, env)
-    yield env
-    ray.shutdown()
 
 
 def _built(settings: Settings) -> Any:

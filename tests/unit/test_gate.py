@@ -64,3 +64,17 @@ def test_a_refusal_for_budget_is_marked_so_that_it_is_counted() -> None:
     refused = decide(g(kind="schedule", estimate_usd=5.0, max_usd_per_run=1.0))
     assert refused.over_budget and refused.decision == "skip" and "icebatch estimate" in refused.reason
     assert not decide(g(kind="schedule")).over_budget
+
+
+@pytest.mark.parametrize("kind", ["schedule", "append", "manual"])
+def test_a_refused_consumer_is_never_launched_whatever_the_trigger(kind: str) -> None:
+    from icebatch.control.gate import REFUSALS, Refusal
+
+    # given a consumer whose source table was replaced, with a backlog a launch would take, even forced
+    refused = g(kind=kind, force=True, backlog_rows=10_000, refusal=Refusal("source_replaced", "another table"))
+    # when the gate decides, then it refuses with the observed reason, before any other consideration
+    result = decide(refused)
+    assert (result.decision, result.reason) == ("source_replaced", "another table")
+    assert result.decision in REFUSALS
+    # and a dry run says the same (what would happen)
+    assert decide(g(kind=kind, dry_run=True, refusal=Refusal("source_replaced", "x"))).decision == "source_replaced"

@@ -7,7 +7,9 @@
 | manual   | like append; with ``force``, whenever backlog > 0                             |
 | any      | a run part way through its range (chunks committed, then killed): resume it   |
 
-In this order, it never launches: for an event that does not concern the consumer ("ignored"); beside
+In this order, it never launches: for an event that does not concern the consumer ("ignored"); for a
+consumer that cannot run as it stands ("source_replaced": its source table is another table than the one
+its ledger follows; a permanent error that an operator resolves, alarmed, never retried); beside
 a job of the same range ("already_launched") or another active job of the consumer; with nothing new;
 past ``max_attempts`` failed attempts from the same watermark; when the run's estimate exceeds the
 consumer's budget (per run, or today's spend plus the estimate per day). ``dry_run`` turns "launch"
@@ -19,7 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Decision = Literal["launch", "dry_run", "skip", "ignored", "already_launched"]
+Decision = Literal["launch", "dry_run", "skip", "ignored", "already_launched", "source_replaced"]
+Refused = Literal["source_replaced"]
+REFUSALS: tuple[Refused, ...] = ("source_replaced",)  # permanent: no job, counted as a launch error, alarmed
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The consumer cannot run as it stands (observed before the gate): what and why, in one line."""
+
+    decision: Refused
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,7 @@ class GateInput:
     spent_today_usd: float = 0.0
     max_usd_per_day: float | None = None
     ignore_reason: str | None = None
+    refusal: Refusal | None = None
     resume: str | None = None  # a run part way through its range (``Pending.describe()``)
 
 
@@ -74,6 +87,8 @@ def decide(g: GateInput) -> GateResult:
 def _blocked(g: GateInput) -> GateResult | None:
     if g.ignore_reason is not None:
         return GateResult("ignored", g.ignore_reason)
+    if g.refusal is not None:
+        return GateResult(g.refusal.decision, g.refusal.reason)
     if g.active_job is not None and g.active_job.same_range:
         return GateResult("already_launched", f"{g.active_job.name} is already running for this range")
     if g.active_job is not None:

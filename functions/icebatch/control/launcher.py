@@ -22,13 +22,13 @@ from typing import Any
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from icebatch.control.backends import JobBackend
-from icebatch.control.gate import ActiveJob, Decision, GateInput, GateResult, decide
+from icebatch.control.gate import ActiveJob, Decision, GateInput, GateResult, Refusal, decide
 from icebatch.control.jobs import JobState
 from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_name, range_tag
 from icebatch.control.triggers import Trigger, relevance
 from icebatch.core.bus import EventPublisher
 from icebatch.core.consumers import Consumer
-from icebatch.core.errors import InvalidEventError
+from icebatch.core.errors import InvalidEventError, SourceReplacedError
 from icebatch.core.estimate import Estimate, estimate_run, spent_on
 from icebatch.core.events import BatchJobSubmitted, SnapshotRange
 from icebatch.core.ledger import Backlog, Pending, ResultsLedger, new_run_id
@@ -98,6 +98,7 @@ class Context:
 @dataclass(frozen=True)
 class Observation:
     ignore: str | None = None
+    refusal: Refusal | None = None
     backlog: Backlog | None = None
     age_seconds: float | None = None
     tag: str = ""
@@ -150,7 +151,10 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         return Observation(ignore=why)
     progress = ledger.progress()
     watermark, pending = progress.watermark, progress.pending
-    backlog = ledger.backlog(source=source, watermark=watermark)
+    try:
+        backlog = ledger.backlog(source=source, watermark=watermark)
+    except SourceReplacedError as e:
+        return Observation(refusal=Refusal("source_replaced", str(e)))
     age = backlog.oldest_pending_age_seconds(int(ctx.now.timestamp() * 1000))
     tag = range_tag(ctx.settings.top.deployment, consumer.name, consumer.task_version, watermark.source_snapshot_id)
     if backlog.rows <= 0:
@@ -190,6 +194,7 @@ def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Con
         spent_today_usd=seen.spent_today,
         max_usd_per_day=budget.max_usd_per_day if budget else None,
         ignore_reason=seen.ignore,
+        refusal=seen.refusal,
         resume=seen.pending.describe() if seen.pending else None,
     )
 

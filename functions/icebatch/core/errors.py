@@ -35,6 +35,10 @@ class WatermarkError(PermanentError):
     """The consumer's watermark is unreadable or no longer in the source table's history."""
 
 
+class SourceReplacedError(WatermarkError):
+    """The catalog's source table is another table (another UUID) than the one the consumer's ledger follows."""
+
+
 class WatermarkConflictError(IcebatchError):
     """Another run advanced the watermark first; this run's output was discarded."""
 

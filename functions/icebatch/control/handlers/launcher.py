@@ -1,7 +1,8 @@
 """The launcher Lambda: parse the trigger, make one launch decision per consumer, log them, return them.
 
-Permanent errors (a malformed event, bad configuration, missing permissions) are logged with context,
-counted (``LaunchErrors``, ``InvalidEvents``: alarmed in template.yaml) and answered without raising,
+Permanent errors (a malformed event, bad configuration, missing permissions, a consumer refused by the gate
+such as ``source_replaced``) are logged with context, counted (``LaunchErrors``, ``InvalidEvents``: alarmed
+in template.yaml) and answered without raising,
 so that neither Lambda's async retries nor EventBridge turn them into a retry storm. Transient errors
 (catalog or Kubernetes API unavailable) are counted (``TransientErrors``) and raised: the platform
 retries, then the on-failure destination keeps the event.
@@ -15,6 +16,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from icebatch.control.gate import REFUSALS
 from icebatch.control.handlers import consumer_metrics, count_retry, environment_settings
 from icebatch.control.launcher import LaunchDecision, LaunchOutcome
 from icebatch.control.triggers import Trigger, parse_trigger
@@ -46,7 +48,12 @@ def lambda_handler(event: Any, context: LambdaContext, settings: Settings | None
         return {"status": "error", "reason": str(e), "error_type": type(e).__name__, "decisions": [], "manifests": []}
     metrics.add_metric(name="Decisions", unit=MetricUnit.Count, value=len(outcomes))
     for outcome in outcomes:
-        logger.info("launch decision", extra={"launch_decision": outcome.decision.model_dump(mode="json")})
+        record = outcome.decision.model_dump(mode="json")
+        if outcome.decision.decision in REFUSALS:  # permanent: an operator must act (alarmed as a launch error)
+            logger.error("launch refused", extra={"launch_decision": record})
+            metrics.add_metric(name="LaunchErrors", unit=MetricUnit.Count, value=1)
+        else:
+            logger.info("launch decision", extra={"launch_decision": record})
         count(outcome.decision)
     return {
         "status": "ok",

@@ -14,6 +14,11 @@ expired together with all its descendants' parents), the backlog cannot be compu
 ``WatermarkError`` says so and names the fix (``icebatch ledger reset``), instead of silently
 reprocessing or skipping rows. A watermark snapshot that was merely expired is fine as long as it is the
 parent of a snapshot that still exists.
+
+A watermark is a position in one table's history: the ledger records the source table's UUID with every
+commit, and a table of the same name with another UUID (dropped and created again, or a catalog entry
+pointed elsewhere) is never read as a continuation (``same_table``: ``SourceReplacedError``). Its
+snapshot ids and sequence numbers start over and would mean nothing against the old watermark.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from icebatch.core.errors import WatermarkError
+from icebatch.core.errors import SourceReplacedError, WatermarkError
 from icebatch.core.ledger.lineage import ancestry
 
 if TYPE_CHECKING:
@@ -98,6 +103,23 @@ def added_rows(snap: Snapshot, io: FileIO) -> int:
 _RESET_FIX = "Fix: `icebatch ledger reset --to-snapshot <id>` chooses where to resume"
 
 
+def same_table(recorded_uuid: str | None, recorded_at: int | None, meta: TableMetadata, *, source_table: str,
+               consumer: str) -> None:  # fmt: skip
+    """Refuse a source that is not the table the ledger follows (``recorded_uuid``; None: commits that
+    predate the check, which record no table)."""
+    current = str(meta.table_uuid)
+    if recorded_uuid is None or recorded_uuid == current:
+        return
+    raise SourceReplacedError(
+        f"consumer {consumer!r} follows {source_table!r} with table UUID {recorded_uuid} (ledger snapshot "
+        f"{recorded_at}), but {source_table!r} is now the table with UUID {current}: dropped and created again, or "
+        "its catalog entry points at another table. Its snapshots are not a continuation of the watermark, and "
+        f"nothing is launched for it. Fix: `icebatch ledger reset --consumer {consumer} --to-snapshot none "
+        "--new-source keep-results|drop-results --reason ...` labels the new table from its start, keeping or "
+        "deleting the old table's verdicts"
+    )
+
+
 def _pending_snapshots(
     meta: TableMetadata, watermark: int | None, watermark_seq: int | None, upto: int | None
 ) -> list[Snapshot]:
@@ -123,6 +145,12 @@ def _pending_snapshots(
         raise WatermarkError(
             f"the last processed snapshot {watermark} is not in the history of snapshot {end.snapshot_id}: "
             f"the source table was rolled back past it. {_RESET_FIX}"
+        )
+    last_seq = getattr(meta, "last_sequence_number", None)  # format v2 and later
+    if watermark_seq is not None and last_seq is not None and watermark_seq > last_seq:
+        raise WatermarkError(
+            f"the last processed snapshot {watermark} has sequence number {watermark_seq}, past this table's last "
+            f"({last_seq}): it is not of this table's history (replaced?). {_RESET_FIX}"
         )
     if watermark_seq is None or meta.format_version < 2:
         raise WatermarkError(

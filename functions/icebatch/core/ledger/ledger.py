@@ -32,7 +32,7 @@ from icebatch.core.errors import (
     WatermarkError,
 )
 from icebatch.core.failpoints import failpoint
-from icebatch.core.ledger.backlog import Backlog, compute_backlog, pin_range_end
+from icebatch.core.ledger.backlog import Backlog, compute_backlog, pin_range_end, same_table
 from icebatch.core.ledger.summary import (
     NO_RETRIES,
     NONE,
@@ -46,6 +46,7 @@ from icebatch.core.ledger.summary import (
     find_run,
     list_runs,
     read_progress,
+    recorded_source,
 )
 from icebatch.core.report import range_text, watermark_text
 
@@ -81,6 +82,8 @@ class RunPlan:
     planned_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     resume: Pending | None = None  # the run is part way through: these chunks are committed already
     head_snapshot_id: int | None = None  # the progress head when planned: what the first commit expects
+    source_uuid: str | None = None  # the source table planned (recorded with every commit)
+    source_format_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,9 @@ class CommitResult:
     ledger_snapshot_id: int
     attempts: int
     already_committed: bool = False  # an earlier try of this commit had landed
+
+
+NewSource = Literal["keep-results", "drop-results"]  # ``reset`` onto a replaced source table: the old verdicts
 
 
 class ProgressRaceError(IcebatchError):
@@ -186,6 +192,8 @@ class ResultsLedger:
         """How much is new, from the source table's metadata (no data file is opened)."""
         source = source or self.source()
         wm = watermark or self.watermark()
+        same_table(wm.source_uuid, wm.source_uuid_at, source.metadata, source_table=self.source_table,
+                   consumer=self.consumer.name)  # fmt: skip
         return compute_backlog(
             source.metadata,
             source.io,
@@ -243,6 +251,8 @@ class ResultsLedger:
             to_sequence_number=end_snapshot.sequence_number if end_snapshot else None,
             from_sequence_number=wm.source_sequence_number,
             head_snapshot_id=progress.head_snapshot_id,
+            source_uuid=str(source.metadata.table_uuid),
+            source_format_version=source.metadata.format_version,
         )
 
     def _resume(self, progress: Progress, pending: Pending, to_snapshot_inclusive: int | None) -> RunPlan:
@@ -253,7 +263,8 @@ class ResultsLedger:
                 f"this job's range (..., {to_snapshot_inclusive}] was not started. The next launch (or "
                 "`icebatch job run` without --to-snapshot) resumes that run"
             )
-        backlog = self.backlog(upto=pending.to_snapshot_inclusive, watermark=progress.watermark)
+        source = self.source()
+        backlog = self.backlog(upto=pending.to_snapshot_inclusive, source=source, watermark=progress.watermark)
         return RunPlan(
             run_id=pending.run_id,
             consumer=self.consumer.name,
@@ -270,6 +281,8 @@ class ResultsLedger:
             from_sequence_number=progress.watermark.source_sequence_number,
             resume=pending,
             head_snapshot_id=progress.head_snapshot_id,
+            source_uuid=str(source.metadata.table_uuid),
+            source_format_version=source.metadata.format_version,
         )
 
     def runs(self) -> list[RunRecord]:
@@ -322,6 +335,8 @@ class ResultsLedger:
             Key.TASK: plan.task,
             Key.TASK_VERSION: str(plan.task_version),
             Key.RUN_ID: plan.run_id,
+            **({Key.SOURCE_UUID: plan.source_uuid} if plan.source_uuid else {}),
+            **({Key.SOURCE_FORMAT_VERSION: str(plan.source_format_version)} if plan.source_format_version else {}),
         }
 
     def _chunk_keys(self, plan: RunPlan, chunk: Chunk) -> dict[str, str]:
@@ -438,15 +453,32 @@ class ResultsLedger:
             f"{chunk.rows} result rows were discarded (that range is someone else's)"
         )
 
-    def reset(self, to_snapshot_id: int | None, *, reason: str) -> int:
-        """Record a new watermark (for the current task version) without results: an operator's move."""
+    def reset(self, to_snapshot_id: int | None, *, reason: str, new_source: NewSource | None = None) -> int:
+        """Record a new watermark (for the current task version) without results: an operator's move.
+
+        The commit records the source table it was made on. When that table is not the one the ledger follows
+        (dropped and created again: another UUID), ``new_source`` says so explicitly and what becomes of the
+        old table's verdicts: ``keep-results``, or ``drop-results`` (deleted in the same commit).
+        """
+        from pyiceberg.expressions import EqualTo
+
         table = self.results()
         if table is None:
             raise TableNotFoundError(
                 f"results table {self.results_table!r} does not exist yet: run the job once (or "
                 "`icebatch job run --limit 1`) before moving its watermark"
             )
-        target = self.source().metadata.snapshot_by_id(to_snapshot_id) if to_snapshot_id is not None else None
+        source = self.source()
+        # not ``progress()``: a reset is the fix for the histories it refuses (expired, corrupt)
+        recorded, at = recorded_source(table.metadata, self.consumer.task_version) or (None, None)
+        if new_source is None:
+            same_table(recorded, at, source.metadata, source_table=self.source_table, consumer=self.consumer.name)
+        elif recorded == str(source.metadata.table_uuid):
+            raise WatermarkError(
+                f"--new-source is for a source table that was replaced, but {self.source_table!r} is still the table "
+                f"consumer {self.consumer.name!r} follows (UUID {recorded}): leave --new-source out"
+            )
+        target = source.metadata.snapshot_by_id(to_snapshot_id) if to_snapshot_id is not None else None
         plan = RunPlan(
             run_id=f"reset-{int(time.time())}-{secrets.token_hex(2)}",
             consumer=self.consumer.name,
@@ -459,6 +491,8 @@ class ResultsLedger:
             expected_rows=0,
             snapshots=0,
             to_sequence_number=target.sequence_number if target is not None else None,
+            source_uuid=str(source.metadata.table_uuid),
+            source_format_version=source.metadata.format_version,
         )
         props = {
             **self._keys(plan),
@@ -467,6 +501,8 @@ class ResultsLedger:
             Key.RESET_REASON: reason,
         }
         txn = table.transaction()
+        if new_source == "drop-results":  # the old table's verdicts go in the commit that leaves it
+            txn.delete(EqualTo(term="task_version", value=self.consumer.task_version))
         with txn.update_snapshot(snapshot_properties=props).fast_append():
             pass
         txn.commit_transaction()

@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from icebatch.core.errors import WatermarkError
@@ -38,6 +38,8 @@ class Key:
     FROM_SNAPSHOT = PREFIX + "source-from-snapshot-id"  # W, exclusive ("none" on the first run)
     FROM_SEQUENCE = PREFIX + "source-from-sequence-number"  # sequence number of W (a chunk outlives W's commit)
     SOURCE_TABLE = PREFIX + "source-table"
+    SOURCE_UUID = PREFIX + "source-table-uuid"  # which table: a name can be dropped and created again
+    SOURCE_FORMAT_VERSION = PREFIX + "source-format-version"
     CONSUMER = PREFIX + "consumer"
     TASK = PREFIX + "task"
     TASK_VERSION = PREFIX + "task-version"
@@ -90,6 +92,8 @@ class Watermark:
     run_id: str | None = None
     committed_at_ms: int | None = None
     source_sequence_number: int | None = None
+    source_uuid: str | None = None  # the source table the newest commit was made on (None: older commits)
+    source_uuid_at: int | None = None  # the ledger snapshot that recorded it
 
 
 @dataclass(frozen=True)
@@ -319,6 +323,7 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
     if ledger_meta is None or ledger_meta.current_snapshot() is None:
         return Progress(Watermark(None, None), None)
     head: int | None = None
+    table: tuple[str, int] | None = None  # (UUID, ledger snapshot) the newest commit recording one
     chunks: list[Snapshot] = []
     watermark = Watermark(None, None)
     for snap in ancestry(ledger_meta.current_snapshot(), ledger_meta):
@@ -327,6 +332,8 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
             continue
         _check_source(summary, source_table)
         head = snap.snapshot_id if head is None else head
+        if table is None and summary.get(Key.SOURCE_UUID):
+            table = (summary[Key.SOURCE_UUID], snap.snapshot_id)
         if Key.WATERMARK not in summary:
             chunks.append(snap)
             continue
@@ -338,7 +345,27 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
     else:
         if chunks:  # the history was expired under a run part way through: its chunks say where it started
             watermark = _started_from(chunks[-1])
+    if table is not None:
+        watermark = replace(watermark, source_uuid=table[0], source_uuid_at=table[1])
     return Progress(watermark, head, _pending(chunks[::-1], watermark) if chunks else None)
+
+
+def recorded_source(ledger_meta: TableMetadata | None, task_version: int) -> tuple[str, int] | None:
+    """(UUID, ledger snapshot) of the source table this task version's newest commit recording one was made on.
+
+    Reads nothing else of the commits (``read_progress`` refuses a corrupt one; a reset, which is the fix for
+    it, still needs to know which table the ledger follows)."""
+    if ledger_meta is None:
+        return None
+    for snap in ancestry(ledger_meta.current_snapshot(), ledger_meta):
+        summary = properties(snap)
+        try:
+            mine = _is_progress(snap, summary, task_version)
+        except WatermarkError:
+            continue
+        if mine and summary.get(Key.SOURCE_UUID):
+            return summary[Key.SOURCE_UUID], snap.snapshot_id
+    return None
 
 
 def _started_from(oldest_chunk: Snapshot) -> Watermark:

@@ -180,10 +180,14 @@ def cmd_ledger_reset(args: argparse.Namespace, settings: Settings) -> int:
     target = None if args.to_snapshot == "none" else int(args.to_snapshot)
     if target is not None and ledger.source().metadata.snapshot_by_id(target) is None:
         raise PermanentError(f"snapshot {target} is not in {consumer.source_table}'s metadata")
-    sid = ledger.reset(target, reason=args.reason)
+    sid = ledger.reset(target, reason=args.reason, new_source=args.new_source)
+    follows = "" if args.new_source is None else (
+        f"; now follows the new {consumer.source_table}, the old table's verdicts "
+        f"{'kept' if args.new_source == 'keep-results' else 'deleted'}"
+    )  # fmt: skip
     print(
         f"{consumer.name} (task version {consumer.task_version}): watermark set to {args.to_snapshot} "
-        f"(ledger snapshot {sid})"
+        f"(ledger snapshot {sid}){follows}"
     )
     return 0
 
@@ -257,6 +261,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     consumer_option(q, "the consumer (needed when several are declared)")
     q.add_argument("--to-snapshot", type=snapshot_or_none, required=True, help="source snapshot id, or `none`")
     q.add_argument("--reason", type=text(500), required=True, help="recorded in the ledger (at most 500 characters)")
+    q.add_argument("--new-source", choices=("keep-results", "drop-results"), default=None,
+                   help="the source table was dropped and created again (another table UUID): follow the new one, "
+                   "and keep or delete the old table's verdicts (deleted in the same commit)")  # fmt: skip
     q.set_defaults(handler=cmd_ledger_reset)
 
     p = sub.add_parser("report", help="a run's cost report, rebuilt from the ledger (default: the latest run)",

@@ -1,0 +1,177 @@
+"""Exactly once through what production tables go through: long streaming histories, drop and recreate.
+
+Each case drives the ledger as the job does (``tests.support.runs``: the job's planning, reading, chunking
+and commits, with a rule-based labeller) on a real SQL catalog, and checks the outcome with an independent
+count: the source table's live ids against the result rows' ids, read back with plain scans.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from icebatch.core.catalog import open_catalog
+from icebatch.core.errors import SourceReplacedError
+from icebatch.core.ledger import ResultsLedger, open_ledger
+from icebatch.core.settings import Settings
+from icebatch.tools.cli import main as icebatch_main
+from icebatch.tools.invoke import invoke
+from icebatch_job.done import DoneRows
+from icebatch_job.source import IncrementalIcebergDatasource, plan_range
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from ray import cloudpickle
+
+from tests.support.consumers import consumers_file, triage
+from tests.support.crafted_history import add_empty_appends
+from tests.support.emf import metric_names
+from tests.support.runs import ledger_ids, run_once, source_ids
+
+pytestmark = pytest.mark.functional
+SCHEDULE = json.loads((Path(__file__).resolve().parents[2] / "sam" / "events" / "schedule.json").read_text())
+
+
+def _ledger(settings: Settings) -> ResultsLedger:
+    ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+    return open_ledger(settings, triage(settings))
+
+
+def _append(ledger: ResultsLedger, n: int, seed: int) -> int:
+    return append_tickets(ledger.source(), generate_tickets(n, random.Random(seed)))
+
+
+def _every_live_row_once(ledger: ResultsLedger) -> None:
+    """The independent count: each live source id has exactly one result row, and no other id has one."""
+    results = Counter(ledger_ids(ledger))
+    live = Counter(source_ids(ledger))
+    assert {i: n for i, n in results.items() if n > 1} == {}
+    assert set(results) == set(live), (sorted(set(live) - set(results))[:5], sorted(set(results) - set(live))[:5])
+
+
+# --------------------------------------------------------------------------------------------------
+# a streaming-fed source: thousands of snapshots
+# --------------------------------------------------------------------------------------------------
+def test_read_tasks_do_not_carry_the_sources_history(settings: Settings) -> None:
+    # given a source fed by a streaming writer: rows, 3,000 checkpoints, more rows
+    ledger = _ledger(settings)
+    _append(ledger, 5, seed=1)
+    add_empty_appends(ledger.source(), 3000)
+    _append(ledger, 7, seed=2)
+    plan = ledger.plan()
+    assert plan is not None and plan.expected_rows == 12
+    # when the job plans its read tasks
+    planned = plan_range(ledger.source(), plan)
+    tasks = IncrementalIcebergDatasource(planned, DoneRows()).get_read_tasks(2)
+    # then each is small (Ray warns past 1 MiB, and its warning names the task's function, which has a name):
+    # it carries its files and what reading them needs, not 3,000 snapshots
+    sizes = [len(cloudpickle.dumps(t)) for t in tasks]
+    assert max(sizes) < 64 * 1024, sizes
+    assert all(t.read_fn.__name__ for t in tasks)
+    # and, run as Ray runs them, they read every row of the range once
+    rows = [row for t in tasks for block in t() for row in block.column("ticket_id").to_pylist()]
+    assert sorted(rows) == sorted(source_ids(ledger))
+
+
+def test_a_run_over_thousands_of_snapshots_labels_each_row_once(settings: Settings) -> None:
+    # given a processed source, then 3,000 streaming checkpoints among new rows
+    ledger = _ledger(settings)
+    _append(ledger, 10, seed=1)
+    run_once(ledger)
+    add_empty_appends(ledger.source(), 1500, seed=1)
+    _append(ledger, 4, seed=2)
+    add_empty_appends(ledger.source(), 1500, seed=2)
+    _append(ledger, 3, seed=3)
+    # when the backlog is computed and the next run goes
+    backlog = ledger.backlog()
+    run = run_once(ledger)
+    # then the backlog counted the new rows, the run labelled them, and nothing is left
+    assert (backlog.rows, backlog.snapshots) == (7, 3002)
+    assert run is not None and run.stats.rows == 7
+    assert ledger.backlog().rows == 0
+    _every_live_row_once(ledger)
+
+
+# --------------------------------------------------------------------------------------------------
+# the table's identity: dropped and created again
+# --------------------------------------------------------------------------------------------------
+def _labelled_then_recreated(settings: Settings) -> tuple[ResultsLedger, list[str]]:
+    """A consumer that labelled 30 rows (3 snapshots); then its source dropped and created again with 160 new
+    rows in 4 snapshots (snapshot ids new, sequence numbers restarting at 1). Returns the old table's ids."""
+    ledger = _ledger(settings)
+    for seed in (1, 2, 3):
+        _append(ledger, 10, seed=seed)
+    run_once(ledger)
+    old_ids = source_ids(ledger)
+    catalog = open_catalog(settings)
+    catalog.drop_table(settings.catalog.source_table)
+    ensure_source_table(catalog, settings.catalog.source_table)
+    for seed in (11, 12, 13, 14):
+        _append(ledger, 40, seed=seed)
+    return ledger, old_ids
+
+
+def test_a_recreated_source_is_refused_by_the_launcher_and_the_job(
+    settings: Settings, cli_environment: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a consumer (the only one) whose source was dropped and created again under the same name
+    only = consumers_file(cli_environment / "consumers", {"name": "triage"})
+    settings = settings.with_overrides(home=cli_environment, consumers_file=only)
+    ledger, _old = _labelled_then_recreated(settings)
+    before = ledger.results().metadata.current_snapshot_id  # type: ignore[union-attr]
+    capsys.readouterr()
+    # when the nightly schedule fires
+    response = invoke("launcher", SCHEDULE, settings)
+    # then the launcher decides source_replaced: no job, a reason naming both tables and the fix, counted as a
+    # launch error (alarmed)
+    [d] = response["decisions"]
+    assert d["decision"] == "source_replaced", d
+    assert "dropped and created again" in d["reason"] and "--new-source" in d["reason"] and "\n" not in d["reason"]
+    assert d["job_name"] is None and response["manifests"] == [None]
+    assert "LaunchErrors" in metric_names(capsys.readouterr().out)
+    # and the job, started by hand, refuses before reading a row (exit 2, one line), and nothing was committed
+    with pytest.raises(SourceReplacedError):
+        ledger.plan()
+    monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(only))
+    assert icebatch_main(["job", "run"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "created again" in line]  # (and the report's log)
+    assert len(err) == 1 and err[0].startswith("icebatch: error: ") and "Traceback" not in err[0], err
+    assert ledger.results().metadata.current_snapshot_id == before  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("old_verdicts", ["drop-results", "keep-results"])
+def test_after_a_reset_onto_the_new_source_every_new_row_is_labelled_once(
+    settings: Settings, cli_environment: Path, capsys: pytest.CaptureFixture[str], old_verdicts: str
+) -> None:
+    # given a consumer whose source was dropped and created again (160 new rows)
+    settings = settings.with_overrides(home=cli_environment)
+    ledger, old_ids = _labelled_then_recreated(settings)
+    # when a reset without --new-source is tried, then it is refused in one line that names the flag
+    assert icebatch_main(["ledger", "reset", "--consumer", "triage", "--to-snapshot", "none", "--reason", "x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--new-source" in err, err
+    # when the operator follows the new table from its start
+    argv = ["ledger", "reset", "--consumer", "triage", "--to-snapshot", "none", "--reason", "source recreated"]
+    assert icebatch_main([*argv, "--new-source", old_verdicts]) == 0
+    # then the backlog is the new table's 160 rows, and a run labels each of them once
+    assert ledger.backlog().rows == 160
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 160
+    labelled = Counter(ledger_ids(ledger))
+    new_ids = source_ids(ledger)
+    assert all(labelled[i] == 1 for i in new_ids) and len(new_ids) == 160
+    # and the old table's verdicts are gone or kept, as asked
+    kept = sum(labelled[i] for i in set(old_ids) - set(new_ids))
+    assert kept == (0 if old_verdicts == "drop-results" else len(set(old_ids) - set(new_ids)))
+    assert ledger.backlog().rows == 0
+
+
+def test_a_reset_of_a_source_that_was_not_replaced_refuses_new_source(settings: Settings) -> None:
+    # given a consumer that labelled its source, which is still the same table
+    ledger = _ledger(settings)
+    _append(ledger, 5, seed=1)
+    run_once(ledger)
+    # when a reset claims the source was replaced, then it is refused (nothing would be followed anew)
+    with pytest.raises(Exception, match="leave --new-source out"):
+        ledger.reset(None, reason="x", new_source="drop-results")
