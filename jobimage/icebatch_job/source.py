@@ -33,6 +33,7 @@ from icebatch_job.done import DoneRows
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.schema import Schema
     from pyiceberg.table import FileScanTask, Table
     from pyiceberg.table.metadata import TableMetadata
 
@@ -79,10 +80,15 @@ def read_metadata(metadata: TableMetadata) -> TableMetadata:
 
 
 def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = None) -> PlannedRange:
+    """The range's files; ``columns`` are the task's names for them (default: every column). A column the
+    source renamed since the task was written is read under its name now and handed on under the task's
+    (``RunPlan.source_columns``: the ledger follows columns by field id)."""
+    renamed = plan.source_columns.renamed if plan.source_columns else {}
+    to_source = {task_name: source_name for source_name, task_name in renamed.items()}
     scan = table.incremental_append_scan(
         from_snapshot_id_exclusive=plan.scan_from_exclusive,
         to_snapshot_id_inclusive=plan.to_snapshot_inclusive,
-        selected_fields=columns or ("*",),
+        selected_fields=tuple(to_source.get(c, c) for c in columns) if columns else ("*",),
     )
     tasks = sorted(scan.plan_files(), key=lambda t: t.file.file_path)
     for t in tasks:
@@ -91,7 +97,17 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
                 f"{t.file.file_path} has delete files, which an append range cannot have: positions would not name "
                 "rows. The source table's history is not what icebatch expects; look at its snapshots"
             )
-    return PlannedRange(tuple(tasks), scan.projection(), read_metadata(table.metadata), table.io)
+    return PlannedRange(tuple(tasks), _named(scan.projection(), renamed), read_metadata(table.metadata), table.io)
+
+
+def _named(projection: Schema, renamed: dict[str, str]) -> Schema:
+    """The projection with the task's names (files are read by field id, so the names are the output's only)."""
+    if not renamed:
+        return projection
+    from pyiceberg.schema import Schema
+
+    fields = [f.model_copy(update={"name": renamed.get(f.name, f.name)}) for f in projection.fields]
+    return Schema(*fields, schema_id=projection.schema_id, identifier_field_ids=projection.identifier_field_ids)
 
 
 def _read_files(

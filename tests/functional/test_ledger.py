@@ -750,3 +750,27 @@ def test_the_ledger_walks_a_history_as_pyiceberg_does_but_in_linear_time(setting
     ours = [s.snapshot_id for s in ancestry(meta.current_snapshot(), meta)]
     assert ours == [s.snapshot_id for s in ancestors_of(meta.current_snapshot(), meta)]
     assert off_main not in ours and len(ours) == 3
+
+
+def test_results_tables_are_created_under_the_warehouse_whatever_the_databases_location(
+    glue_settings: Settings, aws_endpoint: str
+) -> None:
+    from tests.support.aws import client
+
+    # given a Glue database made by Athena or the console, whose LocationUri is outside the warehouse prefix
+    # (the deployment's IAM policy grants the job only <warehouse>/<db>.db/...)
+    namespace = glue_settings.catalog.source_table.split(".")[0]
+    client("s3", aws_endpoint).create_bucket(Bucket="athena-query-results")
+    client("glue", aws_endpoint).create_database(
+        DatabaseInput={"Name": namespace, "LocationUri": "s3://athena-query-results/somewhere/"}
+    )
+    ledger = _ledger(glue_settings)
+    _append(ledger, 4)
+    # when the first run creates the consumer's results table
+    run_once(ledger)
+    # then it is where the warehouse setting (and the IAM policy) says, not where the database says
+    warehouse = glue_settings.catalog_props()["warehouse"]
+    name = ledger.results_table.split(".")[1]
+    results = ledger.results()
+    assert results is not None and results.location() == f"{warehouse}/{namespace}.db/{name}"
+    assert ledger_ids(ledger) and sorted(ledger_ids(ledger)) == sorted(source_ids(ledger))

@@ -11,10 +11,12 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
 from icebatch.core.catalog import open_catalog
-from icebatch.core.errors import SourceReplacedError
+from icebatch.core.errors import InvalidTaskError, SourceReplacedError
 from icebatch.core.ledger import ResultsLedger, open_ledger
 from icebatch.core.settings import Settings
 from icebatch.tools.cli import main as icebatch_main
@@ -22,9 +24,10 @@ from icebatch.tools.invoke import invoke
 from icebatch_job.done import DoneRows
 from icebatch_job.source import IncrementalIcebergDatasource, plan_range
 from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from pyiceberg.types import IntegerType, LongType
 from ray import cloudpickle
 
-from tests.support.consumers import consumers_file, triage
+from tests.support.consumers import TASKS, consumers_file, triage
 from tests.support.crafted_history import add_empty_appends
 from tests.support.emf import metric_names
 from tests.support.runs import ledger_ids, run_once, source_ids
@@ -175,3 +178,141 @@ def test_a_reset_of_a_source_that_was_not_replaced_refuses_new_source(settings: 
     # when a reset claims the source was replaced, then it is refused (nothing would be followed anew)
     with pytest.raises(Exception, match="leave --new-source out"):
         ledger.reset(None, reason="x", new_source="drop-results")
+
+
+# --------------------------------------------------------------------------------------------------
+# schema evolution: the task's columns followed by field id
+# --------------------------------------------------------------------------------------------------
+def _only_triage(settings: Settings, home: Path, task: Path | None = None) -> Settings:
+    entry: dict[str, Any] = {"name": "triage", "backlog_threshold": 1}
+    path = consumers_file(home / "consumers", entry)
+    if task is not None:  # a task file of the test's own
+        path.write_text(path.read_text().replace(str(TASKS / "triage.json"), str(task)))
+    return settings.with_overrides(home=home, consumers_file=path)
+
+
+def _summaries(ledger: ResultsLedger) -> dict[str, str]:
+    table = ledger.results()
+    assert table is not None
+    rows = table.scan(selected_fields=("source_id", "summary")).to_arrow().to_pylist()
+    return {r["source_id"]: r["summary"] for r in rows}
+
+
+def test_renamed_prompt_columns_are_still_read(settings: Settings) -> None:
+    # given a consumer that labelled its source's rows
+    ledger = _ledger(settings)
+    _append(ledger, 6, seed=1)
+    run_once(ledger)
+    # when the source renames two columns the prompt reads (the id column among them), and new rows arrive
+    with ledger.source().update_schema() as update:
+        update.rename_column("subject", "title")
+        update.rename_column("ticket_id", "id")
+    _append_renamed(ledger, 5, seed=2)
+    # then the backlog and the launcher see the new rows as work, and the run reads the renamed columns under the
+    # task's names: each new row's verdict was made from its title (the rule labeller summarizes the subject)
+    assert ledger.backlog().rows == 5
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 5
+    titles = {r["id"]: r["title"][:120] for r in ledger.source().scan().to_arrow().to_pylist()}
+    assert _summaries(ledger) == titles
+    assert ledger.backlog().rows == 0
+
+
+def _append_renamed(ledger: ResultsLedger, n: int, seed: int) -> None:
+    rows = generate_tickets(n, random.Random(seed))
+    renamed = [{{"subject": "title", "ticket_id": "id"}.get(k, k): v for k, v in r.items()} for r in rows]
+    table = ledger.source()
+    table.append(pa.Table.from_pylist(renamed, schema=table.schema().as_arrow()))
+
+
+def test_a_dropped_prompt_column_is_refused_before_any_job(
+    settings: Settings, cli_environment: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a consumer (the only one) that labelled its source's rows
+    settings = _only_triage(settings, cli_environment)
+    monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(settings.launch.consumers_file))
+    ledger = _ledger(settings)
+    _append(ledger, 6, seed=1)
+    run_once(ledger)
+    before = ledger.results().metadata.current_snapshot_id  # type: ignore[union-attr]
+    # when the source drops a column the prompt reads, and new rows arrive
+    with ledger.source().update_schema() as update:
+        update.delete_column("channel")
+    table = ledger.source()
+    new_rows = [{k: v for k, v in r.items() if k != "channel"} for r in generate_tickets(4, random.Random(2))]
+    table.append(pa.Table.from_pylist(new_rows, schema=table.schema().as_arrow()))
+    capsys.readouterr()
+    # then the launcher refuses the consumer: invalid_task, one line naming the consumer, the task and the column
+    [d] = invoke("launcher", SCHEDULE, settings)["decisions"]
+    assert d["decision"] == "invalid_task" and d["job_name"] is None, d
+    assert "'triage'" in d["reason"] and "'ticket-triage'" in d["reason"] and "'channel'" in d["reason"]
+    assert "dropped" in d["reason"] and "\n" not in d["reason"]
+    assert "LaunchErrors" in metric_names(capsys.readouterr().out)
+    # and `icebatch estimate`, `launch --dry-run` and a job started by hand say so in one line (exit 2)
+    for argv in (["estimate"], ["launch", "--dry-run"], ["job", "run"]):
+        status = icebatch_main(argv)
+        out = capsys.readouterr()
+        said = [line for line in (out.err + out.out).splitlines() if line.startswith(("icebatch: error: ", "reason"))]
+        assert status == 2 and "'channel'" in said[0] and "Traceback" not in out.err, (argv, status, out)
+    assert ledger.results().metadata.current_snapshot_id == before  # type: ignore[union-attr]
+
+
+def test_a_column_dropped_and_added_again_is_refused_until_a_reset_records_it(settings: Settings) -> None:
+    # given a consumer that labelled its source's rows
+    ledger = _ledger(settings)
+    _append(ledger, 6, seed=1)
+    run_once(ledger)
+    watermark = ledger.watermark().source_snapshot_id
+    # when a prompt column is dropped and added again under the same name (a new field id: another type)
+    with ledger.source().update_schema() as update:
+        update.delete_column("customer_tier")
+    with ledger.source().update_schema() as update:
+        update.add_column("customer_tier", IntegerType())
+    table = ledger.source()
+    rows = [{**r, "customer_tier": 2} for r in generate_tickets(3, random.Random(2))]
+    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+    # then it is not read as the old column: refused, naming the new column and the reset that accepts it
+    with pytest.raises(InvalidTaskError, match="was added since"):
+        ledger.backlog()
+    # and once an operator resets at the watermark, the next run reads the new column
+    ledger.reset(watermark, reason="customer_tier is now a number")
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 3
+    _every_live_row_once(ledger)
+
+
+def test_a_misspelt_column_is_refused_before_the_first_run(settings: Settings, tmp_path: Path) -> None:
+    # given a task whose prompt reads a column the source does not have
+    task = json.loads((TASKS / "triage.json").read_text())
+    task["input_columns"] = ["subjet" if c == "subject" else c for c in task["input_columns"]]
+    task["user_template"] = task["user_template"].replace("{subject}", "{subjet}")
+    (tmp_path / "task.json").write_text(json.dumps(task))
+    settings = _only_triage(settings, tmp_path / "home", tmp_path / "task.json")
+    ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+    append_tickets(
+        open_catalog(settings).load_table(settings.catalog.source_table), generate_tickets(5, random.Random(1))
+    )
+    # when a manual dry run asks what the launcher would do, then it says invalid_task, naming the column
+    [d] = invoke("launcher", {"action": "launch", "dry_run": True}, settings)["decisions"]
+    assert d["decision"] == "invalid_task" and "has no column 'subjet'" in d["reason"], d
+
+
+def test_added_and_widened_columns_and_a_new_partition_spec_change_nothing(settings: Settings) -> None:
+    # given a consumer that labelled its source's rows
+    ledger = _ledger(settings)
+    _append(ledger, 6, seed=1)
+    run_once(ledger)
+    # when the source gains a column, widens it, and is partitioned anew, and rows arrive in the new layout
+    with ledger.source().update_schema() as update:
+        update.add_column("priority", IntegerType())
+    with ledger.source().update_schema() as update:
+        update.update_column("priority", LongType())
+    with ledger.source().update_spec() as spec:
+        spec.add_identity("channel")
+    table = ledger.source()
+    rows = [{**r, "priority": 7} for r in generate_tickets(5, random.Random(2))]
+    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+    # then the next run labels the new rows, once each
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 5
+    _every_live_row_once(ledger)

@@ -124,7 +124,7 @@ def run_once(
         attempt=attempt,
         totals=lambda stats, redone: run_totals(plan, stats, redone, attempt_seconds=attempt.seconds, model="rules"),
     )
-    batches = iter_batches(ledger.source(), plan, done=start.done)
+    batches = iter_batches(ledger.source(), plan, (task.id_column, *task.input_columns), done=start.done)
     if transform is not None:
         batches = transform(batches)
     for rows in labelled(plan, batches, task):

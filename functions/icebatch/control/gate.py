@@ -9,7 +9,8 @@
 
 In this order, it never launches: for an event that does not concern the consumer ("ignored"); for a
 consumer that cannot run as it stands ("source_replaced": its source table is another table than the one
-its ledger follows; a permanent error that an operator resolves, alarmed, never retried); beside
+its ledger follows; "invalid_task": a column its task reads is missing or was dropped; permanent errors
+that an operator resolves, alarmed, never retried, never a GPU job); beside
 a job of the same range ("already_launched") or another active job of the consumer; with nothing new;
 past ``max_attempts`` failed attempts from the same watermark; when the run's estimate exceeds the
 consumer's budget (per run, or today's spend plus the estimate per day). ``dry_run`` turns "launch"
@@ -21,9 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Decision = Literal["launch", "dry_run", "skip", "ignored", "already_launched", "source_replaced"]
-Refused = Literal["source_replaced"]
-REFUSALS: tuple[Refused, ...] = ("source_replaced",)  # permanent: no job, counted as a launch error, alarmed
+Decision = Literal["launch", "dry_run", "skip", "ignored", "already_launched", "source_replaced", "invalid_task"]
+Refused = Literal["source_replaced", "invalid_task"]
+REFUSALS: tuple[Refused, ...] = (
+    "source_replaced",
+    "invalid_task",
+)  # permanent: no job, counted as a launch error, alarmed
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_name, ra
 from icebatch.control.triggers import Trigger, relevance
 from icebatch.core.bus import EventPublisher
 from icebatch.core.consumers import Consumer
-from icebatch.core.errors import InvalidEventError, SourceReplacedError
+from icebatch.core.errors import InvalidEventError, InvalidTaskError, SourceReplacedError
 from icebatch.core.estimate import Estimate, estimate_run, spent_on
 from icebatch.core.events import BatchJobSubmitted, SnapshotRange
 from icebatch.core.ledger import Backlog, Pending, ResultsLedger, new_run_id
@@ -155,6 +155,8 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         backlog = ledger.backlog(source=source, watermark=watermark)
     except SourceReplacedError as e:
         return Observation(refusal=Refusal("source_replaced", str(e)))
+    except InvalidTaskError as e:
+        return Observation(refusal=Refusal("invalid_task", str(e)))
     age = backlog.oldest_pending_age_seconds(int(ctx.now.timestamp() * 1000))
     tag = range_tag(ctx.settings.top.deployment, consumer.name, consumer.task_version, watermark.source_snapshot_id)
     if backlog.rows <= 0:

@@ -55,6 +55,10 @@ class TaskSpecError(PermanentError):
     """The task spec (prompt, output schema, sampling) is invalid."""
 
 
+class InvalidTaskError(PermanentError):
+    """The consumer's task cannot run against its source table as it is now (a column missing or dropped)."""
+
+
 class ManifestInvalidError(PermanentError):
     """A RayJob manifest was rejected by the API server's schema validation."""
 

@@ -33,6 +33,7 @@ from icebatch.core.errors import (
 )
 from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger.backlog import Backlog, compute_backlog, pin_range_end, same_table
+from icebatch.core.ledger.columns import SourceColumns, parse_field_ids, resolve_columns
 from icebatch.core.ledger.summary import (
     NO_RETRIES,
     NONE,
@@ -84,6 +85,7 @@ class RunPlan:
     head_snapshot_id: int | None = None  # the progress head when planned: what the first commit expects
     source_uuid: str | None = None  # the source table planned (recorded with every commit)
     source_format_version: int | None = None
+    source_columns: SourceColumns | None = None  # where the task's columns are read (recorded: their field ids)
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,7 @@ class ResultsLedger:
         wm = watermark or self.watermark()
         same_table(wm.source_uuid, wm.source_uuid_at, source.metadata, source_table=self.source_table,
                    consumer=self.consumer.name)  # fmt: skip
+        self.columns(source, wm)  # a task that cannot read the table as it is now: refused here, not in a job
         return compute_backlog(
             source.metadata,
             source.io,
@@ -203,6 +206,11 @@ class ResultsLedger:
             watermark_seq=wm.source_sequence_number,
             upto=upto,
         )
+
+    def columns(self, source: Table, watermark: Watermark) -> SourceColumns:
+        """Where the task's columns are read in the source now (``icebatch.core.ledger.columns``); raises
+        ``InvalidTaskError`` for a column missing or dropped."""
+        return resolve_columns(source.schema(), self.consumer, watermark.source_field_ids)
 
     def plan(
         self,
@@ -253,6 +261,7 @@ class ResultsLedger:
             head_snapshot_id=progress.head_snapshot_id,
             source_uuid=str(source.metadata.table_uuid),
             source_format_version=source.metadata.format_version,
+            source_columns=self.columns(source, wm),
         )
 
     def _resume(self, progress: Progress, pending: Pending, to_snapshot_inclusive: int | None) -> RunPlan:
@@ -283,6 +292,7 @@ class ResultsLedger:
             head_snapshot_id=progress.head_snapshot_id,
             source_uuid=str(source.metadata.table_uuid),
             source_format_version=source.metadata.format_version,
+            source_columns=self.columns(source, progress.watermark),
         )
 
     def runs(self) -> list[RunRecord]:
@@ -307,7 +317,9 @@ class ResultsLedger:
             table = self.catalog.load_table(self.results_table)
         else:
             try:
-                table = self.catalog.create_table(self.results_table, schema, properties=props)
+                table = self.catalog.create_table(
+                    self.results_table, schema, location=self._results_location(), properties=props
+                )
             except TableAlreadyExistsError:  # a concurrent run created it first
                 table = self.catalog.load_table(self.results_table)
         missing = [f.name for f in schema.fields if table.schema().find_field(f.name, case_sensitive=False) is None]
@@ -323,6 +335,16 @@ class ResultsLedger:
             table = self.catalog.load_table(self.results_table)
         return table
 
+    def _results_location(self) -> str | None:
+        """``<warehouse>/<namespace>.db/<table>``, what the deployment's IAM policy grants, whatever the database's
+        own location says (pyiceberg's default puts a new table under the Glue database's ``LocationUri``, which a
+        database made by Athena or the console points elsewhere). No warehouse configured: the catalog's default."""
+        warehouse = self.catalog.properties.get("warehouse")
+        if not warehouse:
+            return None
+        namespace, name = self.results_table.rsplit(".", 1)
+        return f"{warehouse.rstrip('/')}/{namespace}.db/{name}"
+
     def _keys(self, plan: RunPlan) -> dict[str, str]:
         return {
             Key.FROM_SNAPSHOT: _snapshot_text(plan.from_snapshot_exclusive),
@@ -337,6 +359,7 @@ class ResultsLedger:
             Key.RUN_ID: plan.run_id,
             **({Key.SOURCE_UUID: plan.source_uuid} if plan.source_uuid else {}),
             **({Key.SOURCE_FORMAT_VERSION: str(plan.source_format_version)} if plan.source_format_version else {}),
+            **({Key.SOURCE_FIELD_IDS: plan.source_columns.summary_value()} if plan.source_columns else {}),
         }
 
     def _chunk_keys(self, plan: RunPlan, chunk: Chunk) -> dict[str, str]:
@@ -470,7 +493,7 @@ class ResultsLedger:
             )
         source = self.source()
         # not ``progress()``: a reset is the fix for the histories it refuses (expired, corrupt)
-        recorded, at = recorded_source(table.metadata, self.consumer.task_version) or (None, None)
+        recorded, at, field_ids = recorded_source(table.metadata, self.consumer.task_version) or (None, None, None)
         if new_source is None:
             same_table(recorded, at, source.metadata, source_table=self.source_table, consumer=self.consumer.name)
         elif recorded == str(source.metadata.table_uuid):
@@ -493,6 +516,7 @@ class ResultsLedger:
             to_sequence_number=target.sequence_number if target is not None else None,
             source_uuid=str(source.metadata.table_uuid),
             source_format_version=source.metadata.format_version,
+            source_columns=self._columns_now(source, field_ids if new_source is None else None, at),
         )
         props = {
             **self._keys(plan),
@@ -509,6 +533,15 @@ class ResultsLedger:
         refreshed = self.results()
         assert refreshed is not None and refreshed.metadata.current_snapshot_id is not None
         return refreshed.metadata.current_snapshot_id
+
+    def _columns_now(self, source: Table, field_ids: str | None, at: int | None) -> SourceColumns:
+        """What a reset records of the task's columns: those still found (by recorded field id, else by name);
+        a dropped one is left out, so that the next run reads a column added since under its name."""
+        try:
+            recorded = parse_field_ids(field_ids, where=f"ledger snapshot {at}")
+        except WatermarkError:
+            recorded = None  # a reset is the fix for a corrupt record too
+        return resolve_columns(source.schema(), self.consumer, recorded, lenient=True)
 
     def discard(self, data_files: Sequence[DataFile]) -> None:
         """Delete data files of a run that will not be committed (best effort: orphans are harmless)."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from icebatch.core.errors import WatermarkError
 from icebatch.core.instances import BillingRate
+from icebatch.core.ledger.columns import parse_field_ids
 from icebatch.core.ledger.lineage import ancestry
 from icebatch.core.untrusted import INT64_MAX, summarize, whole_number
 
@@ -40,6 +41,7 @@ class Key:
     SOURCE_TABLE = PREFIX + "source-table"
     SOURCE_UUID = PREFIX + "source-table-uuid"  # which table: a name can be dropped and created again
     SOURCE_FORMAT_VERSION = PREFIX + "source-format-version"
+    SOURCE_FIELD_IDS = PREFIX + "source-field-ids"  # {task's column: field id} read (a rename keeps the id)
     CONSUMER = PREFIX + "consumer"
     TASK = PREFIX + "task"
     TASK_VERSION = PREFIX + "task-version"
@@ -94,6 +96,7 @@ class Watermark:
     source_sequence_number: int | None = None
     source_uuid: str | None = None  # the source table the newest commit was made on (None: older commits)
     source_uuid_at: int | None = None  # the ledger snapshot that recorded it
+    source_field_ids: Mapping[str, int] | None = None  # the task's columns, as that commit read them
 
 
 @dataclass(frozen=True)
@@ -323,7 +326,7 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
     if ledger_meta is None or ledger_meta.current_snapshot() is None:
         return Progress(Watermark(None, None), None)
     head: int | None = None
-    table: tuple[str, int] | None = None  # (UUID, ledger snapshot) the newest commit recording one
+    table: tuple[str, int, str | None] | None = None  # (UUID, ledger snapshot, field ids) of the newest recording
     chunks: list[Snapshot] = []
     watermark = Watermark(None, None)
     for snap in ancestry(ledger_meta.current_snapshot(), ledger_meta):
@@ -333,7 +336,7 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
         _check_source(summary, source_table)
         head = snap.snapshot_id if head is None else head
         if table is None and summary.get(Key.SOURCE_UUID):
-            table = (summary[Key.SOURCE_UUID], snap.snapshot_id)
+            table = (summary[Key.SOURCE_UUID], snap.snapshot_id, summary.get(Key.SOURCE_FIELD_IDS))
         if Key.WATERMARK not in summary:
             chunks.append(snap)
             continue
@@ -346,12 +349,15 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
         if chunks:  # the history was expired under a run part way through: its chunks say where it started
             watermark = _started_from(chunks[-1])
     if table is not None:
-        watermark = replace(watermark, source_uuid=table[0], source_uuid_at=table[1])
+        uuid, at, field_ids = table
+        ids = parse_field_ids(field_ids, where=f"ledger snapshot {at}")
+        watermark = replace(watermark, source_uuid=uuid, source_uuid_at=at, source_field_ids=ids)
     return Progress(watermark, head, _pending(chunks[::-1], watermark) if chunks else None)
 
 
-def recorded_source(ledger_meta: TableMetadata | None, task_version: int) -> tuple[str, int] | None:
-    """(UUID, ledger snapshot) of the source table this task version's newest commit recording one was made on.
+def recorded_source(ledger_meta: TableMetadata | None, task_version: int) -> tuple[str, int, str | None] | None:
+    """(UUID, ledger snapshot, field ids) of the source table this task version's newest commit recording one
+    was made on.
 
     Reads nothing else of the commits (``read_progress`` refuses a corrupt one; a reset, which is the fix for
     it, still needs to know which table the ledger follows)."""
@@ -364,7 +370,7 @@ def recorded_source(ledger_meta: TableMetadata | None, task_version: int) -> tup
         except WatermarkError:
             continue
         if mine and summary.get(Key.SOURCE_UUID):
-            return summary[Key.SOURCE_UUID], snap.snapshot_id
+            return summary[Key.SOURCE_UUID], snap.snapshot_id, summary.get(Key.SOURCE_FIELD_IDS)
     return None
 
 

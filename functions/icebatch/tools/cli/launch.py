@@ -21,11 +21,14 @@ DECISION_KEYS = ("consumer", "task_version", "trigger", "origin", "table", "wate
 def print_decisions(response: dict[str, Any], *, as_json: bool, show_manifests: bool) -> int:
     import yaml
 
-    status = EXIT_PERMANENT if response.get("status") in {"rejected", "error"} else EXIT_OK
+    from icebatch.control.gate import REFUSALS
+
+    refused = any(d.get("decision") in REFUSALS for d in response.get("decisions", []))
+    status = EXIT_PERMANENT if response.get("status") in {"rejected", "error"} or refused else EXIT_OK
     if as_json:
         print_json(response)
         return status
-    if status != EXIT_OK:
+    if response.get("status") in {"rejected", "error"}:
         print(f"icebatch: error: {response.get('reason')}", file=sys.stderr)
         return status
     for decision, manifest in zip(response["decisions"], response["manifests"], strict=True):
@@ -37,6 +40,9 @@ def print_decisions(response: dict[str, Any], *, as_json: bool, show_manifests: 
             print("--- RayJob manifest (kubectl apply -f - would create it) ---")
             print(yaml.safe_dump(manifest, sort_keys=False), end="")
         print()
+    for d in response["decisions"]:  # a consumer that cannot run: its reason says what to fix
+        if d.get("decision") in REFUSALS:
+            print(f"icebatch: error: {d['consumer']}: {d['decision']}: {d['reason']}", file=sys.stderr)
     return status
 
 
@@ -91,7 +97,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "  icebatch launch --consumer triage --force    # launch one consumer even below its threshold\n"
         "After ICEBATCH_MAX_ATTEMPTS failed jobs from the same watermark, launches stop until an operator has\n"
         "looked: fix the cause, then `icebatch ledger reset` or delete the failed jobs' records/RayJobs.\n"
-        "A run whose estimate exceeds the consumer's budget is refused: `icebatch estimate` shows it.",
+        "A run whose estimate exceeds the consumer's budget is refused: `icebatch estimate` shows it.\n"
+        "A consumer that cannot run as it stands (invalid_task: a column its task reads is missing or dropped;\n"
+        "source_replaced: its source table was dropped and created again) is refused with exit status 2.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--trigger", choices=["schedule", "append", "manual"], default="manual",
