@@ -109,6 +109,7 @@ def world(
     _eks_cluster(aws_endpoint, cluster, k8s.start(tls=tls), tls.ca_pem)
     parameters = {
         "ClusterName": cluster,
+        "JobServiceAccount": "icebatch-job",
         "WarehouseBucket": bucket,
         "WarehousePrefix": "warehouse/",
         "SourceDatabase": database,
@@ -302,10 +303,14 @@ def test_a_second_stack_deploys_beside_the_first_and_they_do_not_cross_talk(worl
     dev = world.deployed
     prod = deploy(
         "icebatch-prod",
-        {k: v for k, v in dev.stack.parameters.items() if v is not None},
+        {**{k: v for k, v in dev.stack.parameters.items() if v is not None}, "JobServiceAccount": "icebatch-job-prod"},
         endpoint=world.endpoint,
         home=world.home / "prod",
     )
+    # then each has its own Pod Identity association (EKS allows one per cluster, namespace and service account)
+    key = ("ClusterName", "Namespace", "ServiceAccount")
+    associations = [tuple(s.stack.properties("JobPodIdentity")[k] for k in key) for s in (dev, prod)]
+    assert associations[0][:2] == associations[1][:2] and associations[0] != associations[1], associations
     # then both nightly schedules exist, each its own
     dev_schedule, prod_schedule = dev.schedules["LauncherFunctionNightly"], prod.schedules["LauncherFunctionNightly"]
     assert dev_schedule != prod_schedule

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 import yaml
 from icebatch.control.rayjob import METRICS_PORT, JobSpec, build_rayjob_manifest
-from icebatch.core.instances import INSTANCE_TYPES, allocatable, can_host
+from icebatch.core.instances import (
+    CPU_INSTANCE_TYPES,
+    INSTANCE_TYPES,
+    Resources,
+    allocatable,
+    can_host,
+    parse_cpu,
+    parse_memory,
+)
 from icebatch.core.settings import Settings
 
 from tests.support.consumers import triage
@@ -32,6 +40,10 @@ def one(kind: str) -> dict[str, Any]:
     raise AssertionError(f"no {kind}")
 
 
+def every(kind: str) -> list[dict[str, Any]]:
+    return [d for path in sorted(K8S.glob("*.yaml")) for d in docs(path.name) if d["kind"] == kind]
+
+
 def _spec() -> JobSpec:
     return JobSpec(name="ib-t-init-a1", run_id="r", deployment="local", consumer=triage(), tag="init",
                    from_snapshot=None, to_snapshot=1, backlog_rows=1, gpus=1, attempt=1,
@@ -47,8 +59,9 @@ def _worker(settings: Settings = DEFAULTS) -> dict[str, Any]:
 def test_manifests_are_strictly_valid_against_the_real_crds(kind: str) -> None:
     # given the manifest as a user applies it (REPLACE-ME values are plain strings, valid as such)
     manifest = one(kind)
-    # then the vendored CRD (Karpenter v1.14.1, prometheus-operator v0.93.0) accepts it, unknown fields refused
-    assert manifest_errors(manifest) == []
+    # then the vendored CRD (Karpenter v1.14.1, prometheus-operator v0.93.0) accepts it (each of its kind),
+    # unknown fields refused
+    assert all(manifest_errors(m) == [] for m in every(kind))
     broken = json.loads(json.dumps(manifest))
     broken["spec"]["unknownField"] = True
     assert any("unknownField" in e for e in manifest_errors(broken))
@@ -122,13 +135,16 @@ def test_only_the_namespace_the_operator_and_prometheus_reach_the_ray_pods() -> 
     rules = policy["spec"]["ingress"]
     # ... pods of the namespace itself (head <-> workers, the submitter) ...
     assert {"from": [{"podSelector": {}}]} in rules
-    # ... and from elsewhere only the operator to the job API and Prometheus to the metrics port
+    # ... and from elsewhere only the operator to the job API and Prometheus to the metrics port, found by their
+    # pods' labels wherever they were installed (no namespace name that a Helm install may not match)
     outside = {
-        r["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]: [p["port"] for p in r["ports"]]
+        r["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]: [p["port"] for p in r["ports"]]
         for r in rules
         if "namespaceSelector" in r["from"][0]
     }
-    assert outside == {"kuberay-system": [ports["dashboard"]], "monitoring": [METRICS_PORT]}
+    assert outside == {"kuberay-operator": [ports["dashboard"]], "prometheus": [METRICS_PORT]}
+    assert all(r["from"][0].get("namespaceSelector") in (None, {}) for r in rules)
+    assert "kuberay-system" not in (K8S / "networkpolicy.yaml").read_text().split("apiVersion", 1)[1]
 
 
 def test_the_namespace_enforces_a_pod_security_standard() -> None:
@@ -213,3 +229,56 @@ def test_grafana_dashboard_shows_every_error_the_lambdas_count() -> None:
     }
     # then each of them has a line, by the dimensions it is published with (the service alone)
     assert counted <= shown, sorted(counted - shown)
+
+
+def _requests(pod: dict[str, Any]) -> Resources:
+    containers = pod["spec"]["containers"]
+    return Resources(
+        cpu_milli=sum(parse_cpu(c["resources"]["requests"]["cpu"]) for c in containers),
+        memory_mib=sum(parse_memory(c["resources"]["requests"]["memory"]) for c in containers),
+    )
+
+
+def test_every_pod_of_the_rayjob_has_a_node_pool_shipped_for_it() -> None:
+    # given the RayJob's pods as KubeRay creates them: the head, the GPU workers, the submitter
+    spec = build_rayjob_manifest(DEFAULTS, _spec())["spec"]
+    cluster = spec["rayClusterSpec"]
+    pods = {
+        "head": cluster["headGroupSpec"]["template"],
+        "worker": cluster["workerGroupSpecs"][0]["template"],
+        "submitter": spec["submitterPodTemplate"],
+    }
+    pools = {p["metadata"]["name"]: p for p in every("NodePool")}
+    on_pool: dict[str, list[str]] = {}
+    for name, pod in pods.items():
+        # then each names a NodePool that karpenter.yaml ships, and tolerates that pool's taints
+        pool = pools[pod["spec"]["nodeSelector"]["karpenter.sh/nodepool"]]
+        on_pool.setdefault(pool["metadata"]["name"], []).append(name)
+        for taint in pool["spec"]["template"]["spec"].get("taints", []):
+            assert any(t["key"] == taint["key"] and t["effect"] == taint["effect"] for t in pod["spec"]["tolerations"])
+    assert on_pool == {
+        DEFAULTS.cluster.gpu_node_pool: ["worker"],
+        DEFAULTS.cluster.cpu_node_pool: ["head", "submitter"],
+    }
+    # and the CPU pool's every instance type hosts the head and the submitter together (Karpenter's allocatable,
+    # less the DaemonSets), on demand
+    cpu_pool = pools[DEFAULTS.cluster.cpu_node_pool]
+    requirements = {r["key"]: r["values"] for r in cpu_pool["spec"]["template"]["spec"]["requirements"]}
+    assert requirements["karpenter.sh/capacity-type"] == ["on-demand"]
+    head_and_submitter = Resources(
+        cpu_milli=_requests(pods["head"]).cpu_milli + _requests(pods["submitter"]).cpu_milli,
+        memory_mib=_requests(pods["head"]).memory_mib + _requests(pods["submitter"]).memory_mib,
+    )
+    for type_name in requirements["node.kubernetes.io/instance-type"]:
+        assert can_host(CPU_INSTANCE_TYPES[type_name], head_and_submitter, 0), type_name
+    # and an empty CPU node goes as soon as a GPU node does
+    assert cpu_pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s"}
+
+
+def test_without_a_cpu_node_pool_the_head_runs_on_the_clusters_own_capacity() -> None:
+    # given a cluster with CPU capacity of its own (ICEBATCH_CPU_NODE_POOL empty)
+    settings = DEFAULTS.with_overrides(cpu_node_pool="")
+    spec = build_rayjob_manifest(settings, _spec())["spec"]
+    # then neither the head nor the submitter is tied to a NodePool or tolerates its taint
+    for pod in (spec["rayClusterSpec"]["headGroupSpec"]["template"], spec["submitterPodTemplate"]):
+        assert "nodeSelector" not in pod["spec"] and "tolerations" not in pod["spec"]

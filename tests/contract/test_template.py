@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,22 @@ def test_the_job_has_its_own_least_privilege_identity() -> None:
     association = RESOURCES["JobPodIdentity"]["Properties"]
     assert association["RoleArn"] == {"Fn::GetAtt": ["JobRole", "Arn"]}
     assert association["ServiceAccount"] == {"Ref": "JobServiceAccount"}
+
+
+def test_each_stack_names_its_own_service_account() -> None:
+    import tomllib
+
+    # given EKS's rule: one Pod Identity association per cluster, namespace and service account
+    parameter = TEMPLATE["Parameters"]["JobServiceAccount"]
+    # then the template has no shared default (a second stack on the cluster would fail to create its own),
+    # only names Kubernetes accepts, and the shipped configurations give each stack its own
+    assert "Default" not in parameter and parameter["MaxLength"] == 63
+    config = tomllib.loads((ROOT / "sam" / "samconfig.toml").read_text())
+    accounts = {
+        env: dict(o.split("=", 1) for o in config[env]["deploy"]["parameters"]["parameter_overrides"])[
+            "JobServiceAccount"
+        ]
+        for env in ("default", "prod")
+    }
+    assert len(set(accounts.values())) == 2, accounts
+    assert all(re.fullmatch(parameter["AllowedPattern"], a) for a in accounts.values())

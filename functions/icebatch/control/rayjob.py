@@ -95,6 +95,31 @@ def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dic
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
+CPU_TAINT = "icebatch.io/cpu"  # the CPU NodePool's taint: only the head and the submitter land there
+
+
+def _on_cpu_pool(settings: Settings) -> dict[str, Any]:
+    """Where the head and the submitter run: the CPU NodePool (Karpenter brings a node for them, and takes it
+    away once empty), or, with no pool named, wherever the cluster has CPU capacity."""
+    pool = settings.cluster.cpu_node_pool
+    if not pool:
+        return {}
+    return {
+        "nodeSelector": {"karpenter.sh/nodepool": pool},
+        "tolerations": [{"key": CPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+
+
+def _submitter(settings: Settings) -> dict[str, Any]:
+    """KubeRay's default submitter pod (its resources), placed beside the head; KubeRay fills in the command."""
+    container = {
+        "name": "ray-job-submitter",
+        "image": settings.kubernetes.job_image,
+        "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    }
+    return {"spec": {"restartPolicy": "Never", "containers": [container], **_on_cpu_pool(settings)}}
+
+
 def _head(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dict[str, Any]:
     return {
         "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0", "metrics-export-port": str(METRICS_PORT)},
@@ -103,6 +128,7 @@ def _head(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dict[
             "spec": {
                 "serviceAccountName": settings.kubernetes.service_account,
                 "restartPolicy": "Never",
+                **_on_cpu_pool(settings),
                 "containers": [
                     {
                         "name": "ray-head",
@@ -196,6 +222,7 @@ def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
             **({"preRunningDeadlineSeconds": start_deadline} if start_deadline else {}),
             "backoffLimit": settings.kubernetes.job_backoff_limit,
             "submissionMode": "K8sJobMode",
+            "submitterPodTemplate": _submitter(settings),
             "rayClusterSpec": {
                 "rayVersion": RAY_VERSION,
                 "headGroupSpec": _head(settings, spec, env),

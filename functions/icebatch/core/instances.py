@@ -65,6 +65,17 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
 }
 
 
+# The CPU NodePool's types (the Ray head and the job's submitter): no GPU, on-demand price.
+CPU_INSTANCE_TYPES: dict[str, InstanceType] = {
+    t.name: t
+    for t in (
+        InstanceType("m7i.large", 2, 8192, 0, "-", 0, 29, 0.1008),
+        InstanceType("m6i.large", 2, 8192, 0, "-", 0, 29, 0.096),
+        InstanceType("m5.large", 2, 8192, 0, "-", 0, 29, 0.096),
+    )
+}
+
+
 @dataclass(frozen=True)
 class Resources:
     """A pod's requests: millicores and MiB."""

@@ -227,6 +227,13 @@ class ClusterSettings(Section):
     title: ClassVar[str] = "cluster"
 
     gpu_node_pool: str = Field(default="icebatch-gpu", description="Karpenter NodePool for the GPU workers.")
+    cpu_node_pool: str = Field(
+        default="icebatch-cpu",
+        max_length=63,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+        description="Karpenter NodePool for the Ray head and the job's submitter (small on-demand CPU nodes, "
+        "`jobimage/k8s/karpenter.yaml`). Empty: they run wherever the cluster has untainted CPU capacity.",
+    )
     gpu_instance_types: list[str] = Field(
         default_factory=lambda: ["g6.xlarge", "g6.2xlarge", "g5.xlarge", "g5.2xlarge"],
         description="Allowed GPU instance types (JSON list).",
