@@ -69,6 +69,20 @@ def test_the_job_images_requirements_match_the_project() -> None:
     assert any(r.startswith("runai-model-streamer[s3]") for r in requirements)
 
 
+def test_the_image_requires_a_pyarrow_that_reaches_the_pod_identity_agent() -> None:
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    # given the image's requirements (installed constrained by the base image: an older pyarrow fails the build)
+    lines = [line.split("#")[0].strip() for line in REQUIREMENTS.read_text().splitlines()]
+    pyarrow = next(Requirement(r) for r in lines if r.startswith("pyarrow"))
+    # then no pyarrow before 21 (AWS SDK for C++ 1.10: no EKS Pod Identity) is accepted, and the one the tests run
+    # with (the lock's, tests/functional/test_pod_identity.py) is
+    assert not pyarrow.specifier.contains(Version("20.0.0")) and pyarrow.specifier.contains(Version("21.0.0"))
+    locked = re.search(r"^pyarrow==(\S+)$", (ROOT / "requirements" / "dev.lock").read_text(), flags=re.M)
+    assert locked is not None and pyarrow.specifier.contains(Version(locked.group(1)))
+
+
 @pytest.mark.skipif(
     shutil.which("uv") is None and not list(Path.home().glob(".cache/icebatch/uv-*/bin/uv")), reason="no uv"
 )
