@@ -155,6 +155,9 @@ lock: | $(UV)
 	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 		$(UV_INDEX) --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
 		--no-emit-package triton --no-emit-package icebatch -o $(LOCK)
+	# the Lambda bundle's: python3.11 on Amazon Linux 2 (manylinux2014), binary wheels only (functions/Makefile)
+	$(UV) pip compile functions/requirements.txt --python-version 3.11 --python-platform x86_64-manylinux_2_17 \
+		--only-binary :all: -o functions/requirements.lock
 
 clean:
 	rm -rf .icebatch .venv .pytest_cache .mypy_cache .ruff_cache
