@@ -74,7 +74,7 @@ def fixed_length_consumers(folder: Path, output_tokens: int) -> Path:
     """The triage consumer with a task that always generates ``output_tokens`` tokens."""
     import yaml
 
-    tasks = Path(__file__).resolve().parents[1] / "functions" / "consumers" / "tasks"
+    tasks = Path(__file__).resolve().parents[1] / "functions" / "icebatch" / "consumers" / "tasks"
     task = json.loads((tasks / "triage.json").read_text())
     task["sampling"] = {
         "temperature": 0.0,

@@ -62,8 +62,10 @@ GRAPH = {module: {m for m in _imports(path, module) if m in MODULES} for module,
 
 
 def test_every_module_is_in_a_layer() -> None:
-    stray = [m for m in MODULES if _layer(m) is None and m not in {"icebatch"}]
+    stray = [m for m in MODULES if _layer(m) is None and m not in {"icebatch", "icebatch.__main__"}]
     assert stray == [], "put each module in core, control, tools or the data plane"
+    # `python -m icebatch` is the command line's entry point: it reaches the tooling alone
+    assert GRAPH["icebatch.__main__"] and all(m.startswith("icebatch.tools") for m in GRAPH["icebatch.__main__"])
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m)))

@@ -53,7 +53,7 @@ def test_the_image_carries_the_core_and_the_data_plane_only() -> None:
     sources = [src for line in copied for src in line.split()]
     assert "functions/icebatch/core" in sources and "jobimage/icebatch_job" in sources
     assert not any(
-        src.startswith(("functions/icebatch/control", "functions/icebatch/tools", "functions/consumers"))
+        src.startswith(("functions/icebatch/control", "functions/icebatch/tools", "functions/icebatch/consumers"))
         for src in sources
     )
     assert "functions/icebatch" not in sources  # not the whole package

@@ -64,7 +64,7 @@ def test_a_launch_decision_runs_from_the_bundle_and_the_bundle_holds_no_tooling(
     bundle, runtime = built
     # the bundle: the core, the control plane and the consumers file; no CLI, local backend or job
     assert (bundle / "icebatch" / "core").is_dir() and (bundle / "icebatch" / "control").is_dir()
-    assert (bundle / "consumers" / "consumers.yaml").is_file()
+    assert (bundle / "icebatch" / "consumers" / "consumers.yaml").is_file()
     assert not (bundle / "icebatch" / "tools").exists() and not (bundle / "icebatch_job").exists()
     done = subprocess.run(
         [

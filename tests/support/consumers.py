@@ -17,7 +17,7 @@ def triage(settings: Settings | None = None) -> Consumer:
     return consumer(settings or Settings(), "triage")
 
 
-TASKS = Path(__file__).resolve().parents[2] / "functions" / "consumers" / "tasks"
+TASKS = Path(__file__).resolve().parents[2] / "functions" / "icebatch" / "consumers" / "tasks"
 
 
 def consumers_file(folder: Path, *entries: dict[str, Any]) -> Path:

@@ -1,7 +1,7 @@
 """The consumers of a table: each an LLM task with its own results table, watermark, policy and budget.
 
 A deployment declares them in a small YAML file (``ICEBATCH_CONSUMERS_FILE``, default
-``functions/consumers/consumers.yaml``, bundled with the functions)::
+``functions/icebatch/consumers/consumers.yaml``, bundled with the functions)::
 
     consumers:
       - name: triage
@@ -29,7 +29,7 @@ from icebatch.core.settings import Settings, table_identifier
 from icebatch.core.task import MIN_PROMPT_TOKENS, TaskSpec, load_task
 
 CONSUMER_NAME = re.compile(untrusted.CONSUMER_NAME)
-DEFAULT_CONSUMERS_FILE = Path(__file__).resolve().parents[2] / "consumers" / "consumers.yaml"
+DEFAULT_CONSUMERS_FILE = Path(__file__).resolve().parents[1] / "consumers" / "consumers.yaml"
 MAX_CONSUMERS = 50
 # A job gets its consumer in one environment variable (ICEBATCH_JOB_CONSUMER), and Linux refuses to start a
 # process with a variable over 128 KiB (MAX_ARG_STRLEN, name included): the pod of a RayJob would not start.

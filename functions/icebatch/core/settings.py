@@ -165,7 +165,7 @@ class LaunchSettings(Section):
     consumers_file: Path | None = Field(
         default=None,
         description="The consumers of the table (YAML): their tasks, thresholds, budgets. Default: "
-        "`functions/consumers/consumers.yaml` (bundled with the functions).",
+        "`functions/icebatch/consumers/consumers.yaml` (bundled with the functions).",
     )
     dry_run: bool = Field(default=False, description="Decide and build manifests, never submit (shadow mode).")
     max_attempts: int = Field(

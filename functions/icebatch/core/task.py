@@ -1,7 +1,7 @@
 """The task: what to ask about each row and what shape the answer must have.
 
-A task spec is a JSON file named by a consumer (``functions/consumers/consumers.yaml``; ticket triage is
-``functions/consumers/tasks/triage.json``):
+A task spec is a JSON file named by a consumer (``functions/icebatch/consumers/consumers.yaml``; ticket triage is
+``functions/icebatch/consumers/tasks/triage.json``):
 
 - ``system_prompt`` and ``user_template`` (``{column}`` placeholders over ``input_columns``),
 - ``output_schema``: a flat JSON Schema object (string/enum/integer/number/boolean properties). It is
@@ -38,8 +38,8 @@ from pydantic import (
 from icebatch.core.config_files import load_json, read_text
 from icebatch.core.errors import TaskSpecError
 
-# the running example's task (functions/consumers/tasks/): ticket triage
-DEFAULT_TASK = Path(__file__).resolve().parents[2] / "consumers" / "tasks" / "triage.json"
+# the running example's task (functions/icebatch/consumers/tasks/): ticket triage
+DEFAULT_TASK = Path(__file__).resolve().parents[1] / "consumers" / "tasks" / "triage.json"
 _SUPPORTED = {"string", "integer", "number", "boolean"}
 
 

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from icebatch import __version__
 from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.settings import Settings
 from icebatch.tools.cli import data, jobs, launch, meta
@@ -29,7 +30,7 @@ Typical session on a laptop (no AWS, no GPU):
   icebatch report                                         # the cost report of the latest run
 
 Configuration comes from ICEBATCH_* environment variables (`icebatch config` lists them all) and the
-consumers file (functions/consumers/consumers.yaml, or ICEBATCH_CONSUMERS_FILE).
+consumers file (functions/icebatch/consumers/consumers.yaml, or ICEBATCH_CONSUMERS_FILE).
 """
 
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level to stderr")
+    parser.add_argument("--version", action="version", version=f"icebatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in (data, launch, jobs, meta):
         group.add_parsers(sub)
