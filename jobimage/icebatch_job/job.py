@@ -200,19 +200,32 @@ def run_job(
         commit = commit_run(run)
         return completed(run, commit)
     except WatermarkConflictError as e:
-        run.out(f"conflict: {e}")
-        if run.plan is None:  # covered before this attempt began: nothing was done, so nothing failed
-            log.info("range already covered: %s", e)
-            return JobResult("conflict")
-        failed = failed_event(run, e, retryable=False)
-        publish(run.publisher, failed)
-        return JobResult("conflict", plan=run.plan, failed=failed)
+        return conflicted(run, e)
     except BaseException as e:
         publish(
             run.publisher,
             failed_event(run, e, retryable=not isinstance(e, IcebatchError) or isinstance(e, TransientError)),
         )
         raise
+
+
+def conflicted(run: JobRun, error: WatermarkConflictError) -> JobResult:
+    """Another run covered the range (before this attempt began, or while it ran: its output was discarded).
+
+    A race, not a failure: no "Batch Job Failed" (on AWS an email and an alarm for an operator who has nothing
+    to do), one line saying which run covered it, and the exit status of a conflict (5). What a discarded
+    attempt cost is logged."""
+    run.out(f"conflict: {error}")
+    if run.plan is None:  # covered before this attempt began: nothing was done
+        log.info("range already covered: %s", error)
+        return JobResult("conflict")
+    c = run.committer
+    if c is not None and c.received:
+        totals = run.totals(c.stats, c.redone)
+        log.warning("run %s lost its range to another run after %d result rows (%.0f s of engine time, $%.4f): "
+                    "discarded, not reported as a failure", run.plan.run_id, c.received, run.timing.engine_seconds,
+                    run_cost(totals, run.settings).lifetime_cost)  # fmt: skip
+    return JobResult("conflict", plan=run.plan)
 
 
 def plan(run: JobRun) -> bool:

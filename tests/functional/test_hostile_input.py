@@ -253,6 +253,33 @@ def test_a_range_already_covered_is_a_no_op_not_a_failure(tmp_path: Path) -> Non
     assert not events.exists() or "Batch Job Failed" not in events.read_text()
 
 
+def test_a_run_that_loses_its_range_part_way_is_a_no_op_not_a_failure(tmp_path: Path) -> None:
+    from icebatch.core.bus import load_publisher
+    from icebatch.core.errors import WatermarkConflictError
+    from icebatch_job.job import JobRequest, JobRun, conflicted
+
+    # given a job part way through its range (planned, its pipeline running) ...
+    settings = Settings(home=tmp_path / "home")
+    source = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+    append_tickets(source, generate_tickets(20, Random(1)))
+    consumer = consumer_named(load_consumers(settings), "triage")
+    ledger = open_ledger(settings, consumer)
+    said: list[str] = []
+    run = JobRun(settings, consumer, JobRequest(), load_publisher(settings), said.append, ledger)
+    run.plan = ledger.plan()
+    # ... when its first commit finds that another run moved the ledger first (its compare-and-set lost)
+    winner = run_once(ledger)
+    assert winner is not None
+    lost = WatermarkConflictError(f"run {run.plan.run_id} planned from watermark none but run {winner.plan.run_id} "
+                                  "moved the ledger first; this chunk's 20 result rows were discarded")  # fmt: skip
+    result = conflicted(run, lost)
+    # then it ends as a conflict (exit 5) with a line naming the run that covered it, and reports no failure
+    assert result.status == "conflict" and result.failed is None
+    assert any(winner.plan.run_id in line for line in said), said
+    events = settings.home / "events.jsonl"
+    assert not events.exists() or "Batch Job Failed" not in events.read_text()
+
+
 def test_a_run_id_that_is_a_path_is_refused_by_the_job(tmp_path: Path) -> None:
     run = icebatch(tmp_path / "home", "job", "run", "--run-id", "../x")
     assert run.returncode == 2 and "is not a run id" in run.stderr

@@ -248,6 +248,36 @@ def test_a_silently_failed_rayjob_is_reported_once_and_later_deleted(
     assert launched["job_name"] not in k8s.names()
 
 
+def test_a_rayjob_that_lost_its_range_to_another_run_is_not_reported_as_a_failure(
+    settings: Settings, aws_endpoint: str, k8s: RayJobApi
+) -> None:
+    # given a kuberay launcher whose reports reach a queue, and a job it launched over the backlog
+    _, bus, url = bus_with_reporter_rule(aws_endpoint, deployment="icebatch-prod")
+    s = settings.with_overrides(
+        backend="kuberay", eks_cluster="icebatch-test", k8s_api_server=k8s.url,  # type: ignore[attr-defined]
+        aws_endpoint_url=aws_endpoint, aws_region=REGION, event_bus=bus, deployment="icebatch-prod",
+        consumers_file=consumers_file(settings.home / "c", {"name": "triage"}),
+    )  # fmt: skip
+    append_tickets(ensure_source_table(open_catalog(s), s.catalog.source_table), generate_tickets(20, random.Random(1)))
+    [launched] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
+    assert launched["decision"] == "launch"
+    drain(aws_endpoint, url)
+    # when another run (`icebatch job run` by hand) completes the same range first, and the job, finding its
+    # range covered, ends with the exit status of a conflict (a failed RayJob, as KubeRay sees it)
+    ledger = open_ledger(s, triage(s))
+    manual = run_once(ledger)
+    assert manual is not None and manual.plan.run_id != launched["run_id"]
+    k8s.set_status(launched["job_name"], jobDeploymentStatus="Failed", jobStatus="FAILED",
+                   message="Job entrypoint command failed with exit code 5",
+                   endTime=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
+    # then the next schedule's reconciliation reports no failure (a race is not a failure: no email, no alarm),
+    # marks the job as seen, and finds nothing new
+    [after] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
+    assert (after["decision"], after["backlog_rows"]) == ("skip", 0)
+    assert [json.loads(m["Body"])["detail-type"] for m in drain(aws_endpoint, url)] == []
+    assert k8s.objects[("icebatch", launched["job_name"])]["metadata"]["annotations"]["icebatch.io/reported"] == "true"
+
+
 def test_a_deployments_reporter_rule_takes_only_its_own_events(aws_endpoint: str) -> None:
     # given the reporter rules of two deployments (dev and prod) on one bus
     events, bus, prod_queue = bus_with_reporter_rule(aws_endpoint, deployment="icebatch-prod")

@@ -5,7 +5,9 @@ own "Batch Job Failed". On every nightly schedule the launcher lists the deploym
 terminal job not yet marked ``icebatch.io/reported``:
 
 - failed and its run is not complete in the ledger -> emit "Batch Job Failed" (``origin: reconciler``),
-  with the rows its run has committed so far (the chunks stay; the next launch resumes the run);
+  with the rows its run has committed so far (the chunks stay; the next launch resumes the run); unless
+  another run, started from the same watermark, completed the range: the job lost a race (its own exit
+  status said "conflict"), which is not a failure and pages no one;
 - then mark it reported (an annotation), so the next night does not report it again.
 
 The reporter is idempotent per run, so a job that did report its own failure is not reported twice.
@@ -98,6 +100,31 @@ def failure_event(
     )
 
 
+def covered_by(ledger: ResultsLedger, job: JobState, consumer: Consumer) -> str | None:
+    """The run (not the job's own) that completed a range from the watermark the job started from, for the
+    consumer's task version the job ran: the job's range is done, by someone else. None when none did, or when
+    the job's annotations do not say where it started."""
+    raw = job.annotations.get(f"{LABEL}/from-snapshot")
+    start = None if raw == "none" else _snapshot(raw)
+    if raw is None or (raw != "none" and start is None):
+        return None
+    if job.annotations.get(f"{LABEL}/task") != f"{consumer.task.name}@v{consumer.task_version}":
+        return None
+    own = job.annotations.get(f"{LABEL}/run-id")
+    return next(
+        (
+            r.run_id
+            for r in ledger.runs()
+            if not r.is_reset
+            and r.corrupt is None
+            and r.task_version == consumer.task_version
+            and r.from_snapshot_exclusive == start
+            and r.run_id != own
+        ),
+        None,
+    )
+
+
 @dataclass
 class Reconciler:
     settings: Settings
@@ -129,8 +156,13 @@ class Reconciler:
         elif job.failed:
             ledger = ResultsLedger(self.catalog, consumer)
             if run_id is None or ledger.find_run(run_id) is None:
-                self.publisher.publish(failure_event(job, consumer, self.settings, self.now, ledger.pending()))
-                self.summary.reported_failures.append(job.name)
+                winner = covered_by(ledger, job, consumer)
+                if winner is not None:
+                    log.info("job %s ended failed, but run %s completed its range from the same watermark: a race "
+                             "it lost, not reported as a failure", job.name, winner)  # fmt: skip
+                else:
+                    self.publisher.publish(failure_event(job, consumer, self.settings, self.now, ledger.pending()))
+                    self.summary.reported_failures.append(job.name)
         self.backend.annotate(job.name, {REPORTED: "true", REPORTED_AT: self.now.strftime("%Y-%m-%dT%H:%M:%SZ")})
         self.summary.marked.append(job.name)
 
