@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from icebatch import __version__
 from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.settings import Settings
-from icebatch.tools.cli import data, jobs, launch, meta
+from icebatch.tools.cli import checks, data, jobs, launch, meta
 from icebatch.tools.cli.common import Handler
 
 EPILOG = """\
 Typical session on a laptop (no AWS, no GPU):
   icebatch generate --tickets 300 --batches 5 --seed 7   # a backlog of support tickets
+  icebatch validate                                       # every consumer can run: table, columns, model
   icebatch backlog                                        # what waits, per consumer, from metadata only
   icebatch estimate                                       # what draining it would cost
   icebatch launch --trigger schedule                      # the launcher decides and runs the jobs
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level to stderr")
     parser.add_argument("--version", action="version", version=f"icebatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (data, launch, jobs, meta):
+    for group in (checks, data, launch, jobs, meta):
         group.add_parsers(sub)
     return parser
 
