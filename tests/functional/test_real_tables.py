@@ -316,3 +316,29 @@ def test_added_and_widened_columns_and_a_new_partition_spec_change_nothing(setti
     run = run_once(ledger)
     assert run is not None and run.stats.rows == 5
     _every_live_row_once(ledger)
+
+
+# --------------------------------------------------------------------------------------------------
+# deletes (not followed yet): said, not hidden
+# --------------------------------------------------------------------------------------------------
+def test_rows_deleted_from_the_source_are_counted_by_the_backlog(
+    settings: Settings, cli_environment: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyiceberg.expressions import In
+
+    # given a consumer that labelled its source's rows
+    settings = _only_triage(settings, cli_environment)
+    monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(settings.launch.consumers_file))
+    ledger = _ledger(settings)
+    _append(ledger, 6, seed=1)
+    run_once(ledger)
+    # when two of them are deleted from the source (pyiceberg: copy-on-write)
+    gone = source_ids(ledger)[:2]
+    ledger.source().delete(In("ticket_id", gone))
+    # then the backlog says so, by name and count (their verdicts are not removed yet: README, Limitations)
+    assert (ledger.backlog().rows, ledger.backlog().deleted_rows) == (0, 2)
+    assert icebatch_main(["backlog", "--json"]) == 0
+    [shown] = json.loads(capsys.readouterr().out)
+    assert shown["deleted_rows"] == 2
+    assert icebatch_main(["backlog"]) == 0
+    assert "deleted in the source : 2 rows" in capsys.readouterr().out

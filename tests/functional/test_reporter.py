@@ -200,16 +200,22 @@ def k8s(aws_endpoint: str) -> Iterator[RayJobApi]:
     api.stop()
 
 
-def test_a_silently_failed_rayjob_is_reported_once_and_later_deleted(
-    settings: Settings, aws_endpoint: str, k8s: RayJobApi
-) -> None:
-    # given an EventBridge bus whose reporter rule feeds a queue, and a kuberay launcher
+def kuberay_reporting(settings: Settings, aws_endpoint: str, k8s: RayJobApi) -> tuple[Settings, str]:
+    """A kuberay launcher (the triage consumer alone) whose bus's reporter rule feeds a queue: (settings, queue)."""
     _, bus, url = bus_with_reporter_rule(aws_endpoint, deployment="icebatch-prod")
     s = settings.with_overrides(
         backend="kuberay", eks_cluster="icebatch-test", k8s_api_server=k8s.url,  # type: ignore[attr-defined]
         aws_endpoint_url=aws_endpoint, aws_region=REGION, event_bus=bus, finished_job_retention_seconds=3600,
         deployment="icebatch-prod", consumers_file=consumers_file(settings.home / "c", {"name": "triage"}),
     )  # fmt: skip
+    return s, url
+
+
+def test_a_silently_failed_rayjob_is_reported_once_and_later_deleted(
+    settings: Settings, aws_endpoint: str, k8s: RayJobApi
+) -> None:
+    # given an EventBridge bus whose reporter rule feeds a queue, and a kuberay launcher
+    s, url = kuberay_reporting(settings, aws_endpoint, k8s)
     table = ensure_source_table(open_catalog(s), s.catalog.source_table)
     append_tickets(table, generate_tickets(20, random.Random(1)))
     [launched] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
@@ -252,12 +258,7 @@ def test_a_rayjob_that_lost_its_range_to_another_run_is_not_reported_as_a_failur
     settings: Settings, aws_endpoint: str, k8s: RayJobApi
 ) -> None:
     # given a kuberay launcher whose reports reach a queue, and a job it launched over the backlog
-    _, bus, url = bus_with_reporter_rule(aws_endpoint, deployment="icebatch-prod")
-    s = settings.with_overrides(
-        backend="kuberay", eks_cluster="icebatch-test", k8s_api_server=k8s.url,  # type: ignore[attr-defined]
-        aws_endpoint_url=aws_endpoint, aws_region=REGION, event_bus=bus, deployment="icebatch-prod",
-        consumers_file=consumers_file(settings.home / "c", {"name": "triage"}),
-    )  # fmt: skip
+    s, url = kuberay_reporting(settings, aws_endpoint, k8s)
     append_tickets(ensure_source_table(open_catalog(s), s.catalog.source_table), generate_tickets(20, random.Random(1)))
     [launched] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
     assert launched["decision"] == "launch"

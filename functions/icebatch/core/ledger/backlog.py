@@ -58,6 +58,7 @@ class Backlog:
     pending_snapshot_ids: tuple[int, ...] = ()  # oldest first
     pending_rows: tuple[int, ...] = ()  # rows per pending snapshot, same order
     scan_from_exclusive: int | None = None  # where an incremental scan of the pending range starts
+    deleted_rows: int = 0  # rows deleted in the range, net of rewrites, plus delete-file rows: their verdicts stay
 
     @property
     def skipped_rows(self) -> int:
@@ -82,6 +83,7 @@ class Backlog:
             "oldest_unprocessed_age_seconds": None if age is None else round(age, 3),
             "skipped_rows": self.skipped_rows,
             "skipped_snapshots": [asdict(s) for s in self.skipped],
+            "deleted_rows": self.deleted_rows,
         }
 
 
@@ -187,6 +189,7 @@ def compute_backlog(
     per: list[int] = []
     oldest: int | None = None
     skipped: list[SkippedSnapshot] = []
+    deleted = 0
     for snap in pending:
         op = snap.summary.operation if snap.summary is not None else Operation.APPEND
         if op == Operation.APPEND:
@@ -198,6 +201,9 @@ def compute_backlog(
                 oldest = snap.timestamp_ms
         elif op == Operation.OVERWRITE:
             skipped.append(SkippedSnapshot(snap.snapshot_id, op.value, added_rows(snap, io)))
+        if op in (Operation.DELETE, Operation.OVERWRITE):  # a copy-on-write rewrite re-adds the rows it keeps
+            deleted += max(0, _count(snap, "deleted-records") - _count(snap, "added-records"))
+            deleted += _count(snap, "added-position-deletes") + _count(snap, "added-equality-deletes")
     current = pending[-1].snapshot_id if pending else (upto if upto is not None else source_meta.current_snapshot_id)
     return Backlog(
         scan_from_exclusive=pending[0].parent_snapshot_id if pending else watermark,
@@ -211,7 +217,14 @@ def compute_backlog(
         skipped=tuple(skipped),
         pending_snapshot_ids=tuple(ids),
         pending_rows=tuple(per),
+        deleted_rows=deleted,
     )
+
+
+def _count(snap: Snapshot, key: str) -> int:
+    """A count from a snapshot's summary (0 when a writer left it out or wrote something else)."""
+    value = snap.summary.get(key) if snap.summary is not None else None
+    return int(value) if value is not None and value.isdigit() else 0
 
 
 def pin_range_end(backlog: Backlog, max_rows: int | None) -> tuple[int | None, int]:

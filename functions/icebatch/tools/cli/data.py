@@ -80,6 +80,9 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
         print(f"oldest unprocessed age: {'-' if age is None else duration(age)}")
         if b.skipped:
             print(f"not processed         : {b.skipped_rows} rows added by overwrite snapshots")
+        if b.deleted_rows:
+            print(f"deleted in the source : {b.deleted_rows} rows since the watermark (their verdicts stay: "
+                  "deletes are not followed yet)")  # fmt: skip
         if p is not None:
             print(f"in progress           : {p.describe()} (to snapshot {p.to_snapshot_inclusive})")
         print()
