@@ -6,8 +6,11 @@ From metadata and the ledger only (the launcher never reads data files):
 - **tokens per row**: measured by the consumer's last committed runs of the same task version; without
   such history, a prior from the task: its prompt at ~4 characters a token plus ``PRIOR_TEXT_TOKENS`` of
   row text in, ``max_tokens`` out (the schema's bound: an upper estimate);
-- **GPU-hours**: rows at ``ICEBATCH_ROWS_PER_GPU_HOUR`` per GPU, plus each GPU's fixed share — engine
-  start-up (``STARTUP_SECONDS``) and the idle tail (``ttlSecondsAfterFinished`` + ``consolidateAfter``);
+- **GPU-hours**: rows at the consumer's measured throughput per GPU (its last runs of the task version:
+  rows over the engine's streaming time after its start-up), plus each GPU's fixed share — the measured
+  start-up and commit time of a run (its lifetime less the streaming) — and, on the kuberay backend, the
+  idle tail (``ttlSecondsAfterFinished`` + ``consolidateAfter``), as ``run_cost`` bills them. Without
+  history: ``ICEBATCH_ROWS_PER_GPU_HOUR`` and ``ICEBATCH_STARTUP_SECONDS_PRIOR``;
 - **$**: GPU-hours at the billing rate (``Settings.billing``).
 """
 
@@ -25,7 +28,6 @@ from icebatch.core.settings import Settings
 
 CHARS_PER_TOKEN = 4
 PRIOR_TEXT_TOKENS = 250  # a support ticket's subject and body, about 1,000 characters
-STARTUP_SECONDS = 180  # node, image, model load and engine start of one GPU worker (a GPU figure)
 HISTORY_RUNS = 5
 
 
@@ -80,13 +82,47 @@ def tokens_per_row(consumer: Consumer, runs: Sequence[RunRecord]) -> tuple[float
     return prompt + PRIOR_TEXT_TOKENS, float(task.max_tokens), "task prior (no run of this task version yet)"
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How fast a consumer's runs go: fixed seconds per run (start-up, commits) and rows per GPU-hour."""
+
+    fixed_seconds: float
+    rows_per_gpu_hour: float
+    basis: str
+
+
+def pace(consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> Pace:
+    """Measured by the consumer's last runs of the same task version, else the deployment's priors."""
+    done = [
+        r
+        for r in runs
+        if r.task_version == consumer.task_version
+        and not r.is_reset
+        and r.number(Key.ROWS) > 0
+        and r.number(Key.ENGINE_SECONDS) > r.number(Key.ENGINE_STARTUP_SECONDS)
+    ][:HISTORY_RUNS]
+    if not done:
+        return Pace(float(settings.launch.startup_seconds_prior), float(settings.launch.rows_per_gpu_hour), "priors")
+    streaming = [r.number(Key.ENGINE_SECONDS) - r.number(Key.ENGINE_STARTUP_SECONDS) for r in done]
+    gpu_hours = sum(s * max(1, int(r.number(Key.GPUS, 1))) for s, r in zip(streaming, done, strict=True)) / 3600
+    fixed = [max(0.0, r.number(Key.JOB_SECONDS) - s) for s, r in zip(streaming, done, strict=True)]
+    return Pace(sum(fixed) / len(fixed), sum(r.number(Key.ROWS) for r in done) / gpu_hours, f"{len(done)} run(s)")
+
+
 def estimate_run(rows: int, consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> Estimate:
     billing = settings.billing()
     tin, tout, basis = tokens_per_row(consumer, runs)
     gpus = gpus_for(rows, consumer, settings)
-    tail = settings.cluster.job_ttl_seconds + settings.cluster.karpenter_consolidate_seconds
-    engine_hours = rows / settings.launch.rows_per_gpu_hour
-    gpu_hours = engine_hours + gpus * (STARTUP_SECONDS + tail) / 3600 if rows else 0.0
+    tail = (
+        settings.cluster.job_ttl_seconds + settings.cluster.karpenter_consolidate_seconds
+        if settings.top.backend == "kuberay"
+        else 0
+    )
+    speed = pace(consumer, runs, settings)
+    engine_hours = rows / speed.rows_per_gpu_hour
+    gpu_hours = engine_hours + gpus * (speed.fixed_seconds + tail) / 3600 if rows else 0.0
+    pace_text = f"{speed.fixed_seconds:.0f} s fixed, {speed.rows_per_gpu_hour:,.0f} rows/GPU-h"
+    basis = f"{basis}; pace: {speed.basis} ({pace_text})"
     return Estimate(
         consumer=consumer.name,
         task_version=consumer.task_version,

@@ -187,6 +187,13 @@ class LaunchSettings(Section):
         le=10**9,
         description="Planning throughput of one GPU: sizes the worker group and the estimates.",
     )
+    startup_seconds_prior: int = Field(
+        default=180,
+        ge=0,
+        le=86400,
+        description="What an estimate assumes one GPU worker's start-up costs (node, image, model load, engine) "
+        "until the consumer has runs of its task version to measure it from.",
+    )
     target_job_hours: float = Field(
         default=1.0, gt=0, le=168, description="Size the worker group so the backlog drains in about this long."
     )

@@ -1,0 +1,48 @@
+"""The estimate learns a consumer's pace from its own runs, and bills the idle tail only where it is paid."""
+
+from __future__ import annotations
+
+import pytest
+from icebatch.core.estimate import estimate_run, pace
+from icebatch.core.ledger import Key, RunRecord
+from icebatch.core.settings import Settings
+
+from tests.support.consumers import triage
+
+pytestmark = pytest.mark.unit
+CONSUMER = triage()
+
+
+def run(version: int = 1, *, rows: int = 1000, engine: float = 50, startup: float = 20, job: float = 70) -> RunRecord:
+    props = {Key.ROWS: str(rows), Key.ENGINE_SECONDS: str(engine), Key.ENGINE_STARTUP_SECONDS: str(startup),
+             Key.JOB_SECONDS: str(job), Key.GPUS: "1", Key.INPUT_TOKENS: str(rows * 300),
+             Key.OUTPUT_TOKENS: str(rows * 60)}  # fmt: skip
+    return RunRecord("r", 1, 0, None, 1, CONSUMER.task.name, version, props)
+
+
+def test_without_runs_the_estimate_uses_the_documented_priors() -> None:
+    # given a consumer with no run of its task version, on a deployment that sets its own start-up prior
+    settings = Settings(startup_seconds_prior=60, gpu_hourly_rate=3.6)
+    # when 1,200 rows are estimated, then: 1,200 rows at ICEBATCH_ROWS_PER_GPU_HOUR plus the prior, no idle tail
+    # (the local backend pays none)
+    e = estimate_run(1200, CONSUMER, [], settings)
+    assert e.gpu_hours == pytest.approx(1200 / 120_000 + 60 / 3600)
+    assert e.usd == pytest.approx(e.gpu_hours * 3.6) and "pace: priors" in e.basis
+
+
+def test_the_pace_is_measured_from_the_consumers_last_runs() -> None:
+    # given two runs of the task version: 1,000 rows streamed in 30 s after a 20 s engine start, 70 s in all
+    runs = [run(), run(), run(version=2, rows=10, engine=500, startup=0, job=500)]  # another version's: ignored
+    # when the pace is read, then 120,000 rows per GPU-hour and 40 s of fixed cost per run
+    p = pace(CONSUMER, runs, Settings())
+    assert (p.rows_per_gpu_hour, p.fixed_seconds) == (pytest.approx(120_000), pytest.approx(40))
+    # and the estimate of 600 rows is what such a run costs: 18 s of streaming and the 40 s fixed part
+    e = estimate_run(600, CONSUMER, runs, Settings(gpu_hourly_rate=3.6))
+    assert e.gpu_hours == pytest.approx((18 + 40) / 3600) and "pace: 2 run(s)" in e.basis
+
+
+def test_the_idle_tail_is_estimated_only_on_the_backend_that_pays_it() -> None:
+    local = estimate_run(100, CONSUMER, [run()], Settings())
+    on_eks = estimate_run(100, CONSUMER, [run()], Settings(backend="kuberay"))
+    tail = Settings().cluster.job_ttl_seconds + Settings().cluster.karpenter_consolidate_seconds
+    assert on_eks.gpu_hours - local.gpu_hours == pytest.approx(tail / 3600)
