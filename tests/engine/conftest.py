@@ -11,6 +11,7 @@ from icebatch.core.settings import Settings
 from icebatch_job.runtime import init_ray, prepare_environment
 
 from tests.support.consumers import consumers_file
+from tests.support.cpu import pytest_runtest_makereport  # noqa: F401 (a red engine test names its CPU)
 
 
 @pytest.fixture(scope="module")
