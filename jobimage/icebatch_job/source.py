@@ -25,6 +25,7 @@ import ray.data
 from icebatch.core.errors import WatermarkError
 from icebatch.core.failpoints import arm, failpoint
 from icebatch.core.ledger import RunPlan
+from icebatch.core.ledger.lineage import ancestry
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table import FileScanTask, Table
     from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
 
 _INFLATION = 5  # Parquet on disk -> Arrow in memory, a rough planning factor
 
@@ -83,14 +85,30 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     """The range's files; ``columns`` are the task's names for them (default: every column). A column the
     source renamed since the task was written is read under its name now and handed on under the task's
     (``RunPlan.source_columns``: the ledger follows columns by field id)."""
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+    from pyiceberg.table import ManifestGroupPlanner
+
     renamed = plan.source_columns.renamed if plan.source_columns else {}
     to_source = {task_name: source_name for source_name, task_name in renamed.items()}
-    scan = table.incremental_append_scan(
+    scan = table.incremental_append_scan(  # its projection; its planning walks the history quadratically
         from_snapshot_id_exclusive=plan.scan_from_exclusive,
         to_snapshot_id_inclusive=plan.to_snapshot_inclusive,
         selected_fields=tuple(to_source.get(c, c) for c in columns) if columns else ("*",),
     )
-    tasks = sorted(scan.plan_files(), key=lambda t: t.file.file_path)
+    appends = appends_in_range(table.metadata, plan.scan_from_exclusive, plan.to_snapshot_inclusive)
+    ids = {s.snapshot_id for s in appends}
+    manifests = {
+        m
+        for s in appends
+        for m in s.manifests(table.io)
+        if m.content == ManifestContent.DATA and m.added_snapshot_id in ids
+    }
+    planner = ManifestGroupPlanner(table_metadata=table.metadata, io=table.io)
+    planned = planner.plan_files(
+        manifests=list(manifests),
+        manifest_entry_filter=lambda e: e.snapshot_id in ids and e.status == ManifestEntryStatus.ADDED,
+    )
+    tasks = sorted(planned, key=lambda t: t.file.file_path)
     for t in tasks:
         if t.delete_files:  # positions would not name rows; pyiceberg plans none for append scans
             raise WatermarkError(
@@ -98,6 +116,33 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
                 "rows. The source table's history is not what icebatch expects; look at its snapshots"
             )
     return PlannedRange(tuple(tasks), _named(scan.projection(), renamed), read_metadata(table.metadata), table.io)
+
+
+def appends_in_range(meta: TableMetadata, from_exclusive: int | None, to_inclusive: int) -> list[Snapshot]:
+    """The ``append`` snapshots after ``from_exclusive`` up to ``to_inclusive`` along its ancestry, newest first:
+    the snapshots pyiceberg's incremental append scan reads, found in one walk (``ledger.lineage.ancestry``)
+    instead of its walks that look every parent up in the whole snapshot list (quadratic in the history: a
+    streaming-fed source has thousands of snapshots a day). ``from_exclusive`` may be expired, as there: it
+    must then be the parent of one of the range's snapshots."""
+    from pyiceberg.table.snapshots import Operation
+
+    end = meta.snapshot_by_id(to_inclusive)
+    if end is None:
+        raise WatermarkError(f"snapshot {to_inclusive} is not in the source table's metadata (expired?)")
+    appends: list[Snapshot] = []
+    for snapshot in ancestry(end, meta):
+        if from_exclusive is not None and snapshot.snapshot_id == from_exclusive:
+            break
+        if snapshot.summary is not None and snapshot.summary.operation == Operation.APPEND:
+            appends.append(snapshot)
+        if from_exclusive is not None and snapshot.parent_snapshot_id == from_exclusive:
+            break
+    else:
+        if from_exclusive is not None:
+            raise WatermarkError(
+                f"snapshot {from_exclusive} is not in the history of snapshot {to_inclusive}: the range cannot be read"
+            )
+    return appends
 
 
 def _named(projection: Schema, renamed: dict[str, str]) -> Schema:
