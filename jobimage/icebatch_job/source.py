@@ -95,18 +95,30 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
         to_snapshot_id_inclusive=plan.to_snapshot_inclusive,
         selected_fields=tuple(to_source.get(c, c) for c in columns) if columns else ("*",),
     )
-    appends = appends_in_range(table.metadata, plan.scan_from_exclusive, plan.to_snapshot_inclusive)
-    ids = {s.snapshot_id for s in appends}
-    manifests = {
-        m
-        for s in appends
-        for m in s.manifests(table.io)
-        if m.content == ManifestContent.DATA and m.added_snapshot_id in ids
-    }
+    span = range_snapshots(table.metadata, plan.scan_from_exclusive, plan.to_snapshot_inclusive)
+    ids = {s.snapshot_id for s in span.appends}
+    if span.appends_only and span.first_sequence is not None:
+        # Nothing was removed in the range, so every file it added is live at its end: the end's manifests list
+        # them (ADDED there, or EXISTING once a later append merged manifests), and only manifests written in
+        # the range can: one manifest list is read, not one per snapshot.
+        end = table.metadata.snapshot_by_id(plan.to_snapshot_inclusive)
+        assert end is not None
+        first = span.first_sequence
+        manifests = {
+            m for m in end.manifests(table.io) if m.content == ManifestContent.DATA and m.sequence_number >= first
+        }
+        wanted: tuple[ManifestEntryStatus, ...] = (ManifestEntryStatus.ADDED, ManifestEntryStatus.EXISTING)
+    else:  # pyiceberg's incremental append scan: each append snapshot's own manifests, its ADDED entries
+        manifests = {
+            m
+            for s in span.appends
+            for m in s.manifests(table.io)
+            if m.content == ManifestContent.DATA and m.added_snapshot_id in ids
+        }
+        wanted = (ManifestEntryStatus.ADDED,)
     planner = ManifestGroupPlanner(table_metadata=table.metadata, io=table.io)
     planned = planner.plan_files(
-        manifests=list(manifests),
-        manifest_entry_filter=lambda e: e.snapshot_id in ids and e.status == ManifestEntryStatus.ADDED,
+        manifests=list(manifests), manifest_entry_filter=lambda e: e.snapshot_id in ids and e.status in wanted
     )
     tasks = sorted(planned, key=lambda t: t.file.file_path)
     for t in tasks:
@@ -118,23 +130,34 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     return PlannedRange(tuple(tasks), _named(scan.projection(), renamed), read_metadata(table.metadata), table.io)
 
 
-def appends_in_range(meta: TableMetadata, from_exclusive: int | None, to_inclusive: int) -> list[Snapshot]:
-    """The ``append`` snapshots after ``from_exclusive`` up to ``to_inclusive`` along its ancestry, newest first:
-    the snapshots pyiceberg's incremental append scan reads, found in one walk (``ledger.lineage.ancestry``)
-    instead of its walks that look every parent up in the whole snapshot list (quadratic in the history: a
-    streaming-fed source has thousands of snapshots a day). ``from_exclusive`` may be expired, as there: it
-    must then be the parent of one of the range's snapshots."""
+@dataclass(frozen=True)
+class RangeSnapshots:
+    appends: list[Snapshot]  # newest first: the snapshots whose added files the range holds
+    appends_only: bool  # no other operation in the range: nothing was removed in it
+    first_sequence: int | None  # the oldest snapshot's sequence number (None: format v1, or unknown)
+
+
+def range_snapshots(meta: TableMetadata, from_exclusive: int | None, to_inclusive: int) -> RangeSnapshots:
+    """The snapshots after ``from_exclusive`` up to ``to_inclusive`` along its ancestry, in one walk
+    (``ledger.lineage.ancestry``): the ``append`` ones, which pyiceberg's incremental append scan reads, found
+    without its walks that look every parent up in the whole snapshot list (quadratic in the history: a
+    streaming-fed source has thousands of snapshots a day). ``from_exclusive`` may be expired, as there: it must
+    then be the parent of one of the range's snapshots."""
     from pyiceberg.table.snapshots import Operation
 
     end = meta.snapshot_by_id(to_inclusive)
     if end is None:
         raise WatermarkError(f"snapshot {to_inclusive} is not in the source table's metadata (expired?)")
     appends: list[Snapshot] = []
+    only, first = True, None
     for snapshot in ancestry(end, meta):
         if from_exclusive is not None and snapshot.snapshot_id == from_exclusive:
             break
+        first = snapshot.sequence_number
         if snapshot.summary is not None and snapshot.summary.operation == Operation.APPEND:
             appends.append(snapshot)
+        else:
+            only = False
         if from_exclusive is not None and snapshot.parent_snapshot_id == from_exclusive:
             break
     else:
@@ -142,7 +165,8 @@ def appends_in_range(meta: TableMetadata, from_exclusive: int | None, to_inclusi
             raise WatermarkError(
                 f"snapshot {from_exclusive} is not in the history of snapshot {to_inclusive}: the range cannot be read"
             )
-    return appends
+    usable = meta.format_version >= 2 and first is not None and first > 0
+    return RangeSnapshots(appends, only, first if usable else None)
 
 
 def _named(projection: Schema, renamed: dict[str, str]) -> Schema:

@@ -99,6 +99,33 @@ def test_planning_a_range_walks_the_history_once(settings: Settings, monkeypatch
     assert len(lookups) <= 3, len(lookups)
 
 
+def test_the_planned_files_are_the_incremental_append_scans_for_every_range(settings: Settings) -> None:
+    from icebatch.core.ledger import RunPlan
+    from pyiceberg.expressions import In
+
+    # given a source whose appends merge manifests (as a streaming writer's do), then a delete, then appends
+    ledger = _ledger(settings)
+    with ledger.source().transaction() as txn:
+        txn.set_properties({"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2"})
+    ids = [_append(ledger, 2, seed=i) for i in range(6)]
+    ledger.source().delete(In("ticket_id", source_ids(ledger)[:3]))
+    ids.append(ledger.source().metadata.current_snapshot_id)
+    ids += [_append(ledger, 2, seed=10 + i) for i in range(3)]
+    table = ledger.source()
+    manifests = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
+    assert len(manifests) < 5 and all(m.added_snapshot_id == ids[-1] for m in manifests)  # merged by the last one
+    # when each range is planned (append-only ranges from the end's manifests, others snapshot by snapshot)
+    for start in (None, ids[0], ids[2], ids[5], ids[6]):
+        for end in ids[ids.index(start) + 1 if start else 0 :]:
+            plan = RunPlan(run_id="r", consumer="c", task="t", task_version=1, source_table="s", results_table="r",
+                           from_snapshot_exclusive=start, to_snapshot_inclusive=end, expected_rows=0, snapshots=0,
+                           scan_from_exclusive=start)  # fmt: skip
+            mine = sorted(t.file.file_path for t in plan_range(table, plan).tasks)
+            scan = table.incremental_append_scan(from_snapshot_id_exclusive=start, to_snapshot_id_inclusive=end)
+            # then the files are pyiceberg's incremental append scan's, whichever way they were found
+            assert mine == sorted(t.file.file_path for t in scan.plan_files()), (start, end)
+
+
 def test_a_run_over_thousands_of_snapshots_labels_each_row_once(settings: Settings) -> None:
     # given a processed source, then 1,000 streaming checkpoints among new rows
     ledger = _ledger(settings)
