@@ -140,6 +140,7 @@ test-aws: env $(SAM_VENV)/.installed
 bench: env
 	$(PY) -m bench.launcher_weight
 	$(PY) -m bench.backlog_scaling
+	$(PY) -m bench.streaming_history
 	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 3
 	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 2 --model small
 	$(PY) -m bench.scale_out --rows 1000

@@ -155,6 +155,16 @@ def render() -> str:
                     f"summaries: {size['median_floor_s'] * 1000:.1f} ms | {size['median_metadata_s'] * 1000:.1f} ms "
                     f"| {size['metadata_over_floor']:.2f} | {'<= 1.2' if size['snapshots'] >= 1000 else ''} |"
                 )
+    h = _latest("streaming_history")
+    if h:
+        for size in h["sizes"]:
+            lines.append(
+                f"| a streaming history of {size['snapshots']:,} snapshots (crafted, a manifest list each) | load the "
+                f"table, read its summaries: {size['median_floor_s']:.2f} s | backlog {size['median_backlog_s']:.2f} s,"
+                f" job's plan {size['median_plan_s']:.2f} s (peak RSS {size['peak_rss_mb']:.0f} MB, read task "
+                f"{size['read_task_bytes'] / 1024:.1f} KB) | {size['backlog_over_floor']:.2f}, "
+                f"{size['plan_over_floor']:.2f} | <= 1.5 |"
+            )
     t = _latest("tokens_per_row")
     if t:
         seed = t["seed"]

@@ -39,6 +39,7 @@ from icebatch_job.stall import StallWatch
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.table import Table
 
     from icebatch_job.pipeline import BuiltPipeline
 
@@ -148,6 +149,7 @@ class JobRun:
     device: str = "-"
     model: str = "-"
     chunk_rows: int = 0  # the chunk this attempt uses (``window.chunk_size``)
+    source: Table | None = None  # the source table as planned
 
     @property
     def elapsed(self) -> float:
@@ -231,9 +233,11 @@ def conflicted(run: JobRun, error: WatermarkConflictError) -> JobResult:
 def plan(run: JobRun) -> bool:
     """Pin the range (refused if the watermark moved since the launch); False when nothing is new."""
     r = run.request
+    run.source = run.ledger.source()  # loaded once for the plan and the read (a long history takes seconds)
     run.plan = run.ledger.plan(
-        run_id=r.run_id, from_snapshot_exclusive=r.from_snapshot, to_snapshot_inclusive=r.to_snapshot, max_rows=r.limit
-    )
+        run_id=r.run_id, from_snapshot_exclusive=r.from_snapshot, to_snapshot_inclusive=r.to_snapshot, max_rows=r.limit,
+        source=run.source,
+    )  # fmt: skip
     c = run.consumer
     if run.plan is None:
         wm = run.ledger.watermark().source_snapshot_id
@@ -303,7 +307,7 @@ def _build(run: JobRun, every: int) -> BuiltPipeline:
     s, task, p, engine = run.settings, run.consumer.task, run.plan, run.settings.engine
     assert p is not None
     run.device = detect_device(s)
-    planned = plan_range(run.ledger.source(), p, (task.id_column, *task.input_columns))
+    planned = plan_range(run.source or run.ledger.source(), p, (task.id_column, *task.input_columns))
     progress = load_progress(run.ledger, p, task)
     window = RowWindow(run.chunk_rows)
     run.committer = ChunkCommitter(

@@ -219,13 +219,15 @@ class ResultsLedger:
         from_snapshot_exclusive: int | Literal["watermark"] | None = "watermark",
         to_snapshot_inclusive: int | None = None,
         max_rows: int | None = None,
+        source: Table | None = None,
     ) -> RunPlan | None:
         """Pin the range of one run. None when there is nothing to do.
 
         The launcher passes the range it saw (``from_snapshot_exclusive``/``to_snapshot_inclusive``);
         if the watermark has moved since, the range is stale and WatermarkConflictError says so. A run
         part way through its range (chunks committed, watermark not yet moved) is resumed, whatever the
-        run id asked for: its range stays pinned.
+        run id asked for: its range stays pinned. ``source``: the source table as the caller loaded it (its
+        metadata holds every snapshot: a streaming-fed table's takes seconds to load), else loaded here.
         """
         progress = self.progress()
         wm = progress.watermark
@@ -236,8 +238,8 @@ class ResultsLedger:
                 "already covered this range"
             )
         if progress.pending is not None:
-            return self._resume(progress, progress.pending, to_snapshot_inclusive)
-        source = self.source()
+            return self._resume(progress, progress.pending, to_snapshot_inclusive, source)
+        source = source or self.source()
         backlog = self.backlog(upto=to_snapshot_inclusive, source=source, watermark=wm)
         end, rows = pin_range_end(backlog, max_rows)
         if end is None or rows == 0:
@@ -264,7 +266,9 @@ class ResultsLedger:
             source_columns=self.columns(source, wm),
         )
 
-    def _resume(self, progress: Progress, pending: Pending, to_snapshot_inclusive: int | None) -> RunPlan:
+    def _resume(
+        self, progress: Progress, pending: Pending, to_snapshot_inclusive: int | None, source: Table | None
+    ) -> RunPlan:
         if to_snapshot_inclusive is not None and to_snapshot_inclusive != pending.to_snapshot_inclusive:
             started = range_text(pending.from_snapshot_exclusive, pending.to_snapshot_inclusive)
             raise WatermarkConflictError(
@@ -272,7 +276,7 @@ class ResultsLedger:
                 f"this job's range (..., {to_snapshot_inclusive}] was not started. The next launch (or "
                 "`icebatch job run` without --to-snapshot) resumes that run"
             )
-        source = self.source()
+        source = source or self.source()
         backlog = self.backlog(upto=pending.to_snapshot_inclusive, source=source, watermark=progress.watermark)
         return RunPlan(
             run_id=pending.run_id,
