@@ -240,6 +240,16 @@ def _only_triage(settings: Settings, home: Path, task: Path | None = None) -> Se
     return settings.with_overrides(home=home, consumers_file=path)
 
 
+def _labelled_alone(settings: Settings, home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, ResultsLedger]:
+    """Triage, the only consumer (for commands run in this process too), has labelled 6 rows of its source."""
+    settings = _only_triage(settings, home)
+    monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(settings.launch.consumers_file))
+    ledger = _ledger(settings)
+    _append(ledger, 6, seed=1)
+    run_once(ledger)
+    return settings, ledger
+
+
 def _summaries(ledger: ResultsLedger) -> dict[str, str]:
     table = ledger.results()
     assert table is not None
@@ -278,11 +288,7 @@ def test_a_dropped_prompt_column_is_refused_before_any_job(
     settings: Settings, cli_environment: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a consumer (the only one) that labelled its source's rows
-    settings = _only_triage(settings, cli_environment)
-    monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(settings.launch.consumers_file))
-    ledger = _ledger(settings)
-    _append(ledger, 6, seed=1)
-    run_once(ledger)
+    settings, ledger = _labelled_alone(settings, cli_environment, monkeypatch)
     before = ledger.results().metadata.current_snapshot_id  # type: ignore[union-attr]
     # when the source drops a column the prompt reads, and new rows arrive
     with ledger.source().update_schema() as update:
@@ -376,11 +382,7 @@ def test_rows_deleted_from_the_source_are_counted_by_the_backlog(
     from pyiceberg.expressions import In
 
     # given a consumer that labelled its source's rows
-    settings = _only_triage(settings, cli_environment)
-    monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(settings.launch.consumers_file))
-    ledger = _ledger(settings)
-    _append(ledger, 6, seed=1)
-    run_once(ledger)
+    _, ledger = _labelled_alone(settings, cli_environment, monkeypatch)
     # when two of them are deleted from the source (pyiceberg: copy-on-write)
     gone = source_ids(ledger)[:2]
     ledger.source().delete(In("ticket_id", gone))
@@ -391,3 +393,20 @@ def test_rows_deleted_from_the_source_are_counted_by_the_backlog(
     assert shown["deleted_rows"] == 2
     assert icebatch_main(["backlog"]) == 0
     assert "deleted in the source : 2 rows" in capsys.readouterr().out
+
+
+def test_a_recreated_source_on_each_catalog_is_refused_then_followed_after_a_reset(any_settings: Settings) -> None:
+    # given a consumer whose source was dropped and created again, on the SQL catalog and on Glue with S3 (moto)
+    ledger, old_ids = _labelled_then_recreated(any_settings)
+    # then its next plan is refused (another table UUID), and so is a reset that does not say so
+    with pytest.raises(SourceReplacedError):
+        ledger.plan()
+    with pytest.raises(SourceReplacedError):
+        ledger.reset(None, reason="x")
+    # when the operator follows the new table and drops the old verdicts (deleted in the reset's commit)
+    ledger.reset(None, reason="source recreated", new_source="drop-results")
+    run = run_once(ledger)
+    # then every new row has one verdict and none of the old table's rows has any
+    assert run is not None and run.stats.rows == 160
+    _every_live_row_once(ledger)
+    assert not set(old_ids) - set(source_ids(ledger)) & set(ledger_ids(ledger))
