@@ -143,6 +143,7 @@ class ChunkCommitter:
         totals: Callable[[RunStats, int], RunTotals],
         guard: Callable[[], AbstractContextManager[object]] = nullcontext,
         release: Callable[[int], None] = lambda _rows: None,
+        finalize: Callable[[pa.Table], tuple[Any, dict[str, str]]] | None = None,
     ) -> None:
         self.ledger, self.plan, self.task = ledger, plan, task
         self.done, self.stats, self.head, self.chunks = start.done, start.stats, start.head, start.chunks
@@ -152,6 +153,7 @@ class ChunkCommitter:
         self.totals = totals
         self.guard = guard
         self.release = release  # rows that left the job's hands (committed, or dropped as done): their permits
+        self.finalize = finalize  # the last commit's rows -> what it deletes (a filter) and records
         self.table: Table | None = None
         self.schema = results_arrow_schema(task)
         self._buffer: list[pa.Table] = []
@@ -243,10 +245,12 @@ class ChunkCommitter:
                 final=final and complete,
             )
             redone = self.redone + held.num_rows - fresh.num_rows
+            delete, notes = self.finalize(fresh) if chunk.final and self.finalize else (None, {})
             try:
                 result = self.ledger.commit_chunk(
-                    self.plan, chunk, files, self.totals(stats, redone), expected_head=self.head
-                )
+                    self.plan, chunk, files, self.totals(stats, redone), expected_head=self.head, delete=delete,
+                    notes=notes,
+                )  # fmt: skip
             except ProgressRaceError as race:
                 self.ledger.discard(files)
                 self._catch_up(race)

@@ -3,6 +3,7 @@
 # ours: added by the read (which source row: its data file and position), carried through every stage
 SOURCE_FILE = "__icebatch_source_file"
 SOURCE_POS = "__icebatch_source_pos"
+SOURCE_HASH = "__icebatch_source_hash"  # its content: the id and the columns the task reads (icebatch_job.identity)
 # ours: added by the prompt (or endpoint) stage, read by the driver's parse (icebatch_job.parse)
 SOURCE_ID = "__icebatch_source_id"
 TRUNCATED = "__icebatch_truncated"
@@ -19,8 +20,8 @@ TIME_TAKEN_LLM = "time_taken_llm"
 INFERENCE_ERROR = "__inference_error__"
 
 # what the driver's parse reads of an engine output row; the engine's actor sends on no more (engine_outputs)
-PARSED_FIELDS = (SOURCE_ID, SOURCE_FILE, SOURCE_POS, GENERATED_TEXT, INFERENCE_ERROR, TRUNCATED, EMPTY_INPUT,
-                 NUM_INPUT_TOKENS, NUM_GENERATED_TOKENS, TIME_TAKEN_LLM)  # fmt: skip
+PARSED_FIELDS = (SOURCE_ID, SOURCE_FILE, SOURCE_POS, SOURCE_HASH, GENERATED_TEXT, INFERENCE_ERROR, TRUNCATED,
+                 EMPTY_INPUT, NUM_INPUT_TOKENS, NUM_GENERATED_TOKENS, TIME_TAKEN_LLM)  # fmt: skip
 
 # the CPU share of the light stages: on 2 cores, whole CPUs for them starve the engine
 SMALL_CPU = 0.1

@@ -47,6 +47,14 @@ class DoneRows:
     def positions(self, path: str) -> np.ndarray | None:
         return self._files.get(path)
 
+    def union(self, other: DoneRows) -> DoneRows:
+        out = DoneRows()
+        out._files = dict(self._files)
+        for f, positions in other._files.items():
+            old = out._files.get(f)
+            out._files[f] = np.union1d(old, positions) if old is not None else positions
+        return out
+
     def only(self, paths: Iterable[str]) -> DoneRows:
         """The share of these files (what one read task needs to know)."""
         out = DoneRows()

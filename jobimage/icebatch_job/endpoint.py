@@ -30,6 +30,7 @@ from icebatch_job.columns import (
     NUM_INPUT_TOKENS,
     SMALL_CPU,
     SOURCE_FILE,
+    SOURCE_HASH,
     SOURCE_ID,
     SOURCE_POS,
     TIME_TAKEN_LLM,
@@ -109,6 +110,7 @@ class EndpointStage:
         out: dict[str, list[Any]] = {
             SOURCE_FILE: list(batch[SOURCE_FILE]),
             SOURCE_POS: list(batch[SOURCE_POS]),
+            SOURCE_HASH: list(batch[SOURCE_HASH]),
             SOURCE_ID: [str(r[self.task.id_column]) for r in rows],
             TRUNCATED: [],
             EMPTY_INPUT: [self.task.is_empty_input(r) for r in rows],

@@ -31,7 +31,7 @@ from icebatch.core.report import completed_text, incremental_state
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import one_line
 
-from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, load_progress, run_totals
+from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
 from icebatch_job.interrupts import Interrupts, JobInterrupted, JobStalled
 from icebatch_job.progress import Progress
 from icebatch_job.results import RunStats, batch_engine_seconds
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from icebatch_job.pipeline import BuiltPipeline
+    from icebatch_job.work import Work
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ class JobRun:
     model: str = "-"
     chunk_rows: int = 0  # the chunk this attempt uses (``window.chunk_size``)
     source: Table | None = None  # the source table as planned
+    work: Work | None = None  # what the attempt reads (``prepare``)
 
     @property
     def elapsed(self) -> float:
@@ -197,8 +199,9 @@ def run_job(
     try:
         if not plan(run):
             return JobResult("nothing_new")
-        built = start(run)
-        stream(run, built)
+        if prepare(run):
+            built = start(run)
+            stream(run, built)
         commit = commit_run(run)
         return completed(run, commit)
     except WatermarkConflictError as e:
@@ -266,6 +269,41 @@ def plan(run: JobRun) -> bool:
     return True
 
 
+def prepare(run: JobRun) -> bool:
+    """What this attempt reads (``icebatch_job.work``): False when no row is left to send to the model (the last
+    commit is then made without starting Ray or the engine)."""
+    from icebatch_job.work import plan_work
+
+    s, task, p = run.settings, run.consumer.task, run.plan
+    assert p is not None
+    source = run.source = run.source or run.ledger.source()
+    run.plan, run.work = plan_work(run.ledger, p, task, source)
+    if run.work.planned.rewrites:
+        w = run.work
+        run.out(f"{w.unchanged:,} of the range's {w.planned.rows:,} rows have a verdict for the same content (not "
+                "sent to the model); verdicts of deleted and changed rows go with the last commit")  # fmt: skip
+    run.committer = _committer(run, ChunkPolicy(s.progress.chunk_rows, 0.0, s.engine.max_inference_error_rate))
+    return run.work.todo > 0
+
+
+def _committer(run: JobRun, policy: ChunkPolicy, release: Callable[[int], None] = lambda _rows: None) -> ChunkCommitter:
+    from icebatch_job.work import last_commit
+
+    p, work, task = run.plan, run.work, run.consumer.task
+    assert p is not None and work is not None and run.source is not None
+    return ChunkCommitter(
+        run.ledger, p, task,
+        start=work.progress,
+        range_rows=work.range_rows,
+        policy=policy,
+        attempt=run.attempt,
+        totals=run.totals,
+        guard=run.interrupts.critical if run.interrupts else nullcontext,
+        release=release,
+        finalize=last_commit(run.ledger, p, task, run.source, work, run.out),
+    )  # fmt: skip
+
+
 def start(run: JobRun) -> BuiltPipeline:
     """Ray, what is already done, the read of the rest of the range, and the pipeline (the engine starts
     as the pipeline executes). The driver imports what the build needs while Ray starts, never vLLM
@@ -301,26 +339,16 @@ def start(run: JobRun) -> BuiltPipeline:
 def _build(run: JobRun, every: int) -> BuiltPipeline:
     from icebatch_job.pipeline import build_pipeline
     from icebatch_job.runtime import detect_device
-    from icebatch_job.source import Failpoint, plan_range, read_dataset
+    from icebatch_job.source import Failpoint, read_dataset
     from icebatch_job.window import RowWindow, blocks_of
 
-    s, task, p, engine = run.settings, run.consumer.task, run.plan, run.settings.engine
-    assert p is not None
+    s, task, p, engine, work = run.settings, run.consumer.task, run.plan, run.settings.engine, run.work
+    assert p is not None and work is not None
     run.device = detect_device(s)
-    planned = plan_range(run.source or run.ledger.source(), p, (task.id_column, *task.input_columns))
-    progress = load_progress(run.ledger, p, task)
     window = RowWindow(run.chunk_rows)
-    run.committer = ChunkCommitter(
-        run.ledger, p, task,
-        start=progress,
-        range_rows=planned.rows,
-        policy=ChunkPolicy(every, s.progress.chunk_seconds, engine.max_inference_error_rate),
-        attempt=run.attempt,
-        totals=run.totals,
-        guard=run.interrupts.critical if run.interrupts else nullcontext,
-        release=window.release,
-    )  # fmt: skip
-    source = read_dataset(planned, progress.done, fp=Failpoint(s.progress.failpoint, s.home))
+    policy = ChunkPolicy(every, s.progress.chunk_seconds, engine.max_inference_error_rate)
+    run.committer = _committer(run, policy, window.release)
+    source = read_dataset(work.planned, work.skip, fp=Failpoint(s.progress.failpoint, s.home))
     source = blocks_of(source, engine.batch_size)
     return build_pipeline(source, task, s, window=window, run_id=p.run_id, model=run.model, device=run.device)
 

@@ -22,6 +22,7 @@ from icebatch_job.columns import (
     EMPTY_INPUT,
     SAMPLING_PARAMS,
     SOURCE_FILE,
+    SOURCE_HASH,
     SOURCE_ID,
     SOURCE_POS,
     TOKENIZED_PROMPT,
@@ -161,6 +162,7 @@ class PromptStage:
         columns: dict[str, list[Any]] = {
             SOURCE_FILE: [str(x) for x in batch[SOURCE_FILE]],
             SOURCE_POS: [int(x) for x in batch[SOURCE_POS]],
+            SOURCE_HASH: [int(x) for x in batch[SOURCE_HASH]],
             SOURCE_ID: [str(x) for x in batch[self.builder.task.id_column]],
             TRUNCATED: truncated,
             EMPTY_INPUT: empty,

@@ -39,7 +39,7 @@ STATS_COLUMNS = ("status", "error", "num_input_tokens", "num_generated_tokens", 
 
 
 def _system_fields() -> list[Any]:
-    """The results table's own columns, in order (field ids 1..15): the one declaration of them."""
+    """The results table's own columns, in order (field ids 1..16): the one declaration of them."""
     from pyiceberg.types import (
         BooleanType,
         DoubleType,
@@ -66,6 +66,13 @@ def _system_fields() -> list[Any]:
         NestedField(13, "task_version", IntegerType(), required=True, doc="Version of the task (a backfill each)"),
         NestedField(14, "source_file", StringType(), required=False, doc="Source data file holding the row"),
         NestedField(15, "source_pos", LongType(), required=False, doc="Position of the row in that file"),
+        NestedField(
+            16,
+            "source_hash",
+            LongType(),
+            required=False,
+            doc="Hash of the source row's id and the columns the task reads (unchanged: not sent again)",
+        ),
     ]
 
 
@@ -183,6 +190,7 @@ def result_row(
     source_file: str | None,
     source_pos: int | None,
     run_id: str,
+    source_hash: int | None = None,
     task: TaskSpec,
     processed_at: Any,
     model: str | None,
@@ -208,6 +216,7 @@ def result_row(
         "source_id": str(source_id),
         "source_file": source_file,
         "source_pos": source_pos,
+        "source_hash": source_hash,
         "run_id": run_id,
         "task": task.name,
         "task_version": task.version,

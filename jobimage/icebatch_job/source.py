@@ -29,8 +29,9 @@ from icebatch.core.ledger.lineage import ancestry
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from icebatch_job.columns import SOURCE_FILE, SOURCE_POS
+from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
 from icebatch_job.done import DoneRows
+from icebatch_job.identity import content_hashes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -39,7 +40,12 @@ if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
 
-_INFLATION = 5  # Parquet on disk -> Arrow in memory, a rough planning factor
+_INFLATION = 5
+MOR_REFUSED = (
+    "the range has merge-on-read delete files, which icebatch does not follow yet (positions would not name rows). "
+    "Compact the source table with its deletes applied (Spark `rewrite_data_files` with `delete-file-threshold=1`), "
+    "then launch again"
+)  # Parquet on disk -> Arrow in memory, a rough planning factor
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,12 @@ class PlannedRange:
     schema: Any  # the projected pyiceberg schema
     metadata: Any  # ``read_metadata``: without the history
     io: Any
+    content: tuple[str, ...] = ()  # the columns a row's ``SOURCE_HASH`` is of, in order (the id first)
+    rewrites: bool = False  # the range deleted or rewrote rows: its rows are matched by content (``identity``)
 
     @property
     def rows(self) -> int:
-        """Source rows the range holds (incremental append scans plan no delete files)."""
+        """Source rows the range holds (no planned file has delete files: ``plan_range`` refuses them)."""
         return sum(t.file.record_count for t in self.tasks)
 
 
@@ -85,7 +93,7 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     """The range's files; ``columns`` are the task's names for them (default: every column). A column the
     source renamed since the task was written is read under its name now and handed on under the task's
     (``RunPlan.source_columns``: the ledger follows columns by field id)."""
-    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+    from pyiceberg.manifest import DataFileContent
     from pyiceberg.table import ManifestGroupPlanner
 
     renamed = plan.source_columns.renamed if plan.source_columns else {}
@@ -96,18 +104,54 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
         selected_fields=tuple(to_source.get(c, c) for c in columns) if columns else ("*",),
     )
     span = range_snapshots(table.metadata, plan.scan_from_exclusive, plan.to_snapshot_inclusive)
-    ids = {s.snapshot_id for s in span.appends}
-    if span.appends_only and span.first_sequence is not None:
+    end = table.metadata.snapshot_by_id(plan.to_snapshot_inclusive)
+    assert end is not None
+    ids, manifests, delete_manifests, wanted = _range_manifests(table, span, end)
+    planner = ManifestGroupPlanner(table_metadata=table.metadata, io=table.io)
+    try:
+        planned = planner.plan_files(
+            manifests=[*manifests, *delete_manifests],
+            manifest_entry_filter=lambda e: (
+                e.status in wanted and (e.snapshot_id in ids or e.data_file.content != DataFileContent.DATA)
+            ),
+        )
+    except ValueError as e:  # pyiceberg reads no equality deletes
+        raise WatermarkError(f"{MOR_REFUSED}: {e}") from e
+    tasks = sorted(planned, key=lambda t: t.file.file_path)
+    for t in tasks:
+        if t.delete_files:  # positions would not name rows (pyiceberg plans none for append scans)
+            raise WatermarkError(f"{MOR_REFUSED} ({t.file.file_path}, a data file of the range, has some)")
+    schema = _named(scan.projection(), renamed)
+    content = tuple(columns) if columns else tuple(f.name for f in schema.fields)
+    return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, span.rewrites)
+
+
+def _range_manifests(
+    table: Table, span: RangeSnapshots, end: Snapshot
+) -> tuple[set[int] | frozenset[int], set[Any], list[Any], tuple[Any, ...]]:
+    """Where a range's files are listed: (the snapshots that added them, data manifests, delete manifests, the
+    entry statuses to take)."""
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+
+    ids: set[int] | frozenset[int] = {s.snapshot_id for s in span.appends}
+    delete_manifests: list[Any] = []
+    if span.rewrites:
+        # Rows were deleted or rewritten in the range (copy-on-write): what it holds is the rows live at its end
+        # in files it added (appended, rewritten or compacted), whatever operation added them; ``identity``
+        # tells a copy of a labelled row from a new or changed one.
+        ids = span.ids
+        manifests = {m for m in end.manifests(table.io) if m.content == ManifestContent.DATA}
+        delete_manifests = [m for m in end.manifests(table.io) if m.content != ManifestContent.DATA]
+        wanted: tuple[ManifestEntryStatus, ...] = (ManifestEntryStatus.ADDED, ManifestEntryStatus.EXISTING)
+    elif span.appends_only and span.first_sequence is not None:
         # Nothing was removed in the range, so every file it added is live at its end: the end's manifests list
         # them (ADDED there, or EXISTING once a later append merged manifests), and only manifests written in
         # the range can: one manifest list is read, not one per snapshot.
-        end = table.metadata.snapshot_by_id(plan.to_snapshot_inclusive)
-        assert end is not None
         first = span.first_sequence
         manifests = {
             m for m in end.manifests(table.io) if m.content == ManifestContent.DATA and m.sequence_number >= first
         }
-        wanted: tuple[ManifestEntryStatus, ...] = (ManifestEntryStatus.ADDED, ManifestEntryStatus.EXISTING)
+        wanted = (ManifestEntryStatus.ADDED, ManifestEntryStatus.EXISTING)
     else:  # pyiceberg's incremental append scan: each append snapshot's own manifests, its ADDED entries
         manifests = {
             m
@@ -116,18 +160,7 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
             if m.content == ManifestContent.DATA and m.added_snapshot_id in ids
         }
         wanted = (ManifestEntryStatus.ADDED,)
-    planner = ManifestGroupPlanner(table_metadata=table.metadata, io=table.io)
-    planned = planner.plan_files(
-        manifests=list(manifests), manifest_entry_filter=lambda e: e.snapshot_id in ids and e.status in wanted
-    )
-    tasks = sorted(planned, key=lambda t: t.file.file_path)
-    for t in tasks:
-        if t.delete_files:  # positions would not name rows; pyiceberg plans none for append scans
-            raise WatermarkError(
-                f"{t.file.file_path} has delete files, which an append range cannot have: positions would not name "
-                "rows. The source table's history is not what icebatch expects; look at its snapshots"
-            )
-    return PlannedRange(tuple(tasks), _named(scan.projection(), renamed), read_metadata(table.metadata), table.io)
+    return ids, manifests, delete_manifests, wanted
 
 
 @dataclass(frozen=True)
@@ -135,6 +168,8 @@ class RangeSnapshots:
     appends: list[Snapshot]  # newest first: the snapshots whose added files the range holds
     appends_only: bool  # no other operation in the range: nothing was removed in it
     first_sequence: int | None  # the oldest snapshot's sequence number (None: format v1, or unknown)
+    ids: frozenset[int] = frozenset()  # every snapshot of the range
+    rewrites: bool = False  # a ``delete`` or ``overwrite`` in the range: rows were deleted or rewritten
 
 
 def range_snapshots(meta: TableMetadata, from_exclusive: int | None, to_inclusive: int) -> RangeSnapshots:
@@ -149,15 +184,18 @@ def range_snapshots(meta: TableMetadata, from_exclusive: int | None, to_inclusiv
     if end is None:
         raise WatermarkError(f"snapshot {to_inclusive} is not in the source table's metadata (expired?)")
     appends: list[Snapshot] = []
-    only, first = True, None
+    only, first, rewrites, ids = True, None, False, set()
     for snapshot in ancestry(end, meta):
         if from_exclusive is not None and snapshot.snapshot_id == from_exclusive:
             break
         first = snapshot.sequence_number
-        if snapshot.summary is not None and snapshot.summary.operation == Operation.APPEND:
+        ids.add(snapshot.snapshot_id)
+        operation = snapshot.summary.operation if snapshot.summary is not None else Operation.APPEND
+        if operation == Operation.APPEND:
             appends.append(snapshot)
         else:
             only = False
+            rewrites = rewrites or operation in (Operation.DELETE, Operation.OVERWRITE)
         if from_exclusive is not None and snapshot.parent_snapshot_id == from_exclusive:
             break
     else:
@@ -166,7 +204,7 @@ def range_snapshots(meta: TableMetadata, from_exclusive: int | None, to_inclusiv
                 f"snapshot {from_exclusive} is not in the history of snapshot {to_inclusive}: the range cannot be read"
             )
     usable = meta.format_version >= 2 and first is not None and first > 0
-    return RangeSnapshots(appends, only, first if usable else None)
+    return RangeSnapshots(appends, only, first if usable else None, frozenset(ids), rewrites)
 
 
 def _named(projection: Schema, renamed: dict[str, str]) -> Schema:
@@ -180,9 +218,15 @@ def _named(projection: Schema, renamed: dict[str, str]) -> Schema:
 
 
 def _read_files(
-    tasks: Iterable[FileScanTask], metadata: Any, io: Any, schema: Any, done: DoneRows, fp: Failpoint | None = None
+    tasks: Iterable[FileScanTask],
+    metadata: Any,
+    io: Any,
+    schema: Any,
+    done: DoneRows,
+    content: tuple[str, ...],
+    fp: Failpoint | None = None,
 ) -> Iterable[pa.Table]:
-    """Each file's rows in file order, with their names, less the rows already done."""
+    """Each file's rows in file order, with their names and content hashes, less the rows already done."""
     import numpy as np
     import pyarrow as pa
     from pyiceberg.expressions import AlwaysTrue
@@ -201,6 +245,7 @@ def _read_files(
             positions = np.arange(start, start + batch.num_rows, dtype=np.int64)
             start += batch.num_rows
             rows = pa.Table.from_batches([batch]).cast(target)
+            rows = rows.append_column(SOURCE_HASH, content_hashes(rows.select(list(content))))
             rows = rows.append_column(SOURCE_FILE, pa.array([path] * len(positions), pa.string()))
             rows = rows.append_column(SOURCE_POS, pa.array(positions))
             if skip is not None:
@@ -216,7 +261,12 @@ def iter_batches(
 ) -> Iterator[pa.Table]:
     """The range's rows not yet done, as Arrow tables, one file at a time, in this process."""
     planned = plan_range(table, plan, columns)
-    yield from _read_files(planned.tasks, planned.metadata, planned.io, planned.schema, done or DoneRows())
+    yield from read_rows(planned, done or DoneRows())
+
+
+def read_rows(planned: PlannedRange, done: DoneRows) -> Iterable[pa.Table]:
+    """The planned files' rows not done, in this process."""
+    return _read_files(planned.tasks, planned.metadata, planned.io, planned.schema, done, planned.content)
 
 
 READ_CONCURRENCY = 2
@@ -246,13 +296,19 @@ def read_dataset(
 
 
 def _read_task_fn(
-    tasks: list[FileScanTask], metadata: Any, io: Any, schema: Any, done: DoneRows, fp: Failpoint | None
+    tasks: list[FileScanTask],
+    metadata: Any,
+    io: Any,
+    schema: Any,
+    done: DoneRows,
+    content: tuple[str, ...],
+    fp: Failpoint | None,
 ) -> Callable[[], Iterable[pa.Table]]:
     """A read task's function: a named one (Ray names a large read task by its function's ``__name__``,
     which a ``functools.partial`` does not have: its warning then fails the read)."""
 
     def read_iceberg_files() -> Iterable[pa.Table]:
-        return _read_files(tasks, metadata, io, schema, done, fp)
+        return _read_files(tasks, metadata, io, schema, done, content, fp)
 
     return read_iceberg_files
 
@@ -288,6 +344,7 @@ class IncrementalIcebergDatasource(Datasource):
             shares[i % n].append(task)
         arrow_schema = (
             schema_to_pyarrow(p.schema, include_field_ids=False)
+            .append(pa.field(SOURCE_HASH, pa.int64()))
             .append(pa.field(SOURCE_FILE, pa.string()))
             .append(pa.field(SOURCE_POS, pa.int64()))
         )
@@ -303,7 +360,7 @@ class IncrementalIcebergDatasource(Datasource):
             )
             read_tasks.append(
                 ReadTask(
-                    _read_task_fn(share, p.metadata, p.io, p.schema, done, self._fp),
+                    _read_task_fn(share, p.metadata, p.io, p.schema, done, p.content, self._fp),
                     meta,
                     schema=arrow_schema,
                     per_task_row_limit=per_task_row_limit,

@@ -64,3 +64,29 @@ def test_an_unreachable_endpoint_fails_the_run_and_keeps_the_range(own_settings:
         run_job(s, out=lambda _: None)
     assert ledger(s).watermark() == before
     assert ledger(s).backlog().rows == 6
+
+
+def test_the_job_sends_only_new_and_changed_rows_after_an_overwrite(own_settings: Settings, server: str) -> None:
+    from collections import Counter
+
+    import pyarrow.compute as pc
+
+    # given a source whose 12 rows the job labelled (through Ray, the endpoint stage, the driver's parse)
+    s = _endpoint_settings(own_settings, server, endpoint_concurrency=4)
+    source = ensure_source_table(open_catalog(s), s.catalog.source_table)
+    generate(source, tickets=12, batches=1, seed=23)
+    assert run_job(s, out=lambda _: None).status == "completed"
+    # when the table is overwritten with the same rows but one changed, and one row is deleted
+    source = open_catalog(s).load_table(s.catalog.source_table)
+    rows = source.scan().to_arrow().sort_by("ticket_id")
+    subject = rows.schema.get_field_index("subject")
+    edited = pc.if_else(pc.equal(rows["ticket_id"], rows["ticket_id"][0]), "changed: " + str(rows["subject"][0]),
+                        rows["subject"])  # fmt: skip
+    source.overwrite(rows.set_column(subject, "subject", edited).slice(0, 11))
+    result = run_job(s, out=lambda _: None)
+    # then the job sent the changed row alone, and the results hold one verdict per live row
+    assert result.status == "completed" and result.completed is not None and result.completed.rows == 1
+    verdicts = ledger(s).results().scan(selected_fields=("source_id", "source_hash")).to_arrow()
+    live = open_catalog(s).load_table(s.catalog.source_table).scan(selected_fields=("ticket_id",)).to_arrow()
+    assert Counter(verdicts["source_id"].to_pylist()) == Counter(live["ticket_id"].to_pylist())
+    assert verdicts["source_hash"].null_count == 0

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from icebatch.core.settings import Settings
 from icebatch.core.task import load_task
-from icebatch_job.columns import SOURCE_FILE, SOURCE_POS
+from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
 from icebatch_job.endpoint import EndpointStage
 from icebatch_job.parse import ResultParser
 from icebatch_job.results import STATUS_ERROR, STATUS_OK
@@ -83,6 +83,7 @@ def test_every_row_of_a_badly_answering_server_is_kept_with_its_reason() -> None
         "channel": ["email"] * len(subjects),
         SOURCE_FILE: ["s3://b/f.parquet"] * len(subjects),
         SOURCE_POS: list(range(len(subjects))),
+        SOURCE_HASH: list(range(len(subjects))),
     }
     with answering_server() as url:
         settings = Settings(engine_mode="endpoint", endpoint_url=url, endpoint_model="m", endpoint_max_retries=0)

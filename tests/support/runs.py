@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan
 from icebatch.core.task import TaskSpec
-from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, load_progress, run_totals
-from icebatch_job.columns import SOURCE_FILE, SOURCE_POS
+from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
+from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
 from icebatch_job.results import RunStats, result_row, results_arrow_schema
-from icebatch_job.source import iter_batches, plan_range
+from icebatch_job.source import read_rows
+from icebatch_job.work import last_commit, plan_work
 from pyiceberg.table import Table
 
 from tests.support.consumers import triage
@@ -60,6 +61,7 @@ def labelled(plan: RunPlan, batches: Iterable[pa.Table], task: TaskSpec = TASK) 
                 source_id=t["ticket_id"],
                 source_file=t[SOURCE_FILE],
                 source_pos=t[SOURCE_POS],
+                source_hash=t[SOURCE_HASH],
                 run_id=plan.run_id,
                 task=task,
                 processed_at=now,
@@ -108,23 +110,25 @@ def run_once(
     chunk_rows: int = 10**6,
 ) -> ExecutedRun | None:
     """What the job does with a plan, with the rule-based labeller: the rows not yet done, in chunks."""
-    plan = plan or ledger.plan()
+    source = ledger.source()
+    plan = plan or ledger.plan(source=source)
     if plan is None:
         return None
     task = ledger.consumer.task
-    start = load_progress(ledger, plan, task)
+    plan, work = plan_work(ledger, plan, task, source)
     attempt = Attempt((plan.resume.attempts if plan.resume else 0) + 1, secrets.token_hex(4))
     committer = ChunkCommitter(
         ledger,
         plan,
         task,
-        start=start,
-        range_rows=plan_range(ledger.source(), plan).rows,
+        start=work.progress,
+        range_rows=work.range_rows,
         policy=ChunkPolicy(chunk_rows),
         attempt=attempt,
         totals=lambda stats, redone: run_totals(plan, stats, redone, attempt_seconds=attempt.seconds, model="rules"),
+        finalize=last_commit(ledger, plan, task, source, work),
     )
-    batches = iter_batches(ledger.source(), plan, (task.id_column, *task.input_columns), done=start.done)
+    batches: Iterator[pa.Table] = iter(read_rows(work.planned, work.skip))
     if transform is not None:
         batches = transform(batches)
     for rows in labelled(plan, batches, task):

@@ -77,7 +77,8 @@ FINAL_ONLY_PROBE = textwrap.dedent(
     stage = PromptStage(load_task(), sys.argv[1], 2048, True, data_column="__data")
     out = stage({"ticket_id": ["t-1", "t-2"], "subject": ["Charged twice", "x"], "body": ["Refund?", "y"],
                  "customer_tier": ["pro", "free"], "channel": ["email", "chat"],
-                 "__icebatch_source_file": ["f.parquet"] * 2, "__icebatch_source_pos": [0, 1]})
+                 "__icebatch_source_file": ["f.parquet"] * 2, "__icebatch_source_pos": [0, 1],
+                 "__icebatch_source_hash": [7, 8]})
     print("prompt stage imported vllm:", "vllm" in sys.modules)
     rows = out["__data"]
     print("own sampling dicts:", rows[0]["sampling_params"] is not rows[1]["sampling_params"])

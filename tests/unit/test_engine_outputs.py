@@ -33,6 +33,7 @@ def _engine_row(source_id: str, tokens: list[int], text: str = "") -> dict:
         SOURCE_ID: source_id,
         "__icebatch_source_file": "f.parquet",
         "__icebatch_source_pos": 0,
+        "__icebatch_source_hash": 7,
         "__icebatch_truncated": False,
         "__icebatch_empty_input": False,
         "tokenized_prompt": [1, 2, 3],

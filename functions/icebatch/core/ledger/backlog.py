@@ -4,10 +4,11 @@ What each snapshot operation means for the backlog:
 
 - ``append``: its rows are new (``added-records`` from the summary; the manifest list when a writer
   left the summary incomplete). Data files are never opened.
-- ``replace`` (compaction) and ``delete``: add no new rows; skipped.
-- ``overwrite`` (MERGE/UPDATE, dynamic partition overwrite): its added rows are *not* processed (the
-  incremental scan, like Spark's, reads appends only); they are counted in ``Backlog.skipped_rows`` and
-  reported so that nobody mistakes them for done.
+- ``replace`` (compaction): adds no new rows; skipped.
+- ``overwrite`` (MERGE/UPDATE, dynamic partition overwrite, a copy-on-write delete) and ``delete``: its
+  added rows are counted in ``Backlog.skipped_rows``, not as new: most are copies of rows already there. A
+  run over a range holding one reads the rows it left by content (``icebatch_job.identity``): a copy of a
+  labelled row is not labelled again, a changed or new one is, and verdicts of deleted rows are removed.
 
 If the watermark is no longer in the history of the source table's current snapshot (rolled back, or
 expired together with all its descendants' parents), the backlog cannot be computed safely: a
@@ -58,7 +59,8 @@ class Backlog:
     pending_snapshot_ids: tuple[int, ...] = ()  # oldest first
     pending_rows: tuple[int, ...] = ()  # rows per pending snapshot, same order
     scan_from_exclusive: int | None = None  # where an incremental scan of the pending range starts
-    deleted_rows: int = 0  # rows deleted in the range, net of rewrites, plus delete-file rows: their verdicts stay
+    deleted_rows: int = 0  # rows deleted in the range, net of rewrites, plus delete-file rows
+    rewrites: bool = False  # a ``delete`` or ``overwrite`` in the range: a run removes verdicts, even with no new rows
 
     @property
     def skipped_rows(self) -> int:
@@ -189,7 +191,7 @@ def compute_backlog(
     per: list[int] = []
     oldest: int | None = None
     skipped: list[SkippedSnapshot] = []
-    deleted = 0
+    deleted, rewrites = 0, False
     for snap in pending:
         op = snap.summary.operation if snap.summary is not None else Operation.APPEND
         if op == Operation.APPEND:
@@ -202,6 +204,7 @@ def compute_backlog(
         elif op == Operation.OVERWRITE:
             skipped.append(SkippedSnapshot(snap.snapshot_id, op.value, added_rows(snap, io)))
         if op in (Operation.DELETE, Operation.OVERWRITE):  # a copy-on-write rewrite re-adds the rows it keeps
+            rewrites = True
             deleted += max(0, _count(snap, "deleted-records") - _count(snap, "added-records"))
             deleted += _count(snap, "added-position-deletes") + _count(snap, "added-equality-deletes")
     current = pending[-1].snapshot_id if pending else (upto if upto is not None else source_meta.current_snapshot_id)
@@ -218,6 +221,7 @@ def compute_backlog(
         pending_snapshot_ids=tuple(ids),
         pending_rows=tuple(per),
         deleted_rows=deleted,
+        rewrites=rewrites,
     )
 
 

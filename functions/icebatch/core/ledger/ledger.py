@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
@@ -53,6 +53,7 @@ from icebatch.core.report import range_text, watermark_text
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.expressions import BooleanExpression
     from pyiceberg.manifest import DataFile
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
@@ -242,8 +243,8 @@ class ResultsLedger:
         source = source or self.source()
         backlog = self.backlog(upto=to_snapshot_inclusive, source=source, watermark=wm)
         end, rows = pin_range_end(backlog, max_rows)
-        if end is None or rows == 0:
-            return None  # nothing appended (replace/delete/overwrite snapshots add no work)
+        if end is None or (rows == 0 and not backlog.rewrites):
+            return None  # nothing appended (a compaction adds no work); a delete or overwrite has verdicts to remove
         ids = list(backlog.pending_snapshot_ids)
         end_snapshot = source.metadata.snapshot_by_id(end)
         return RunPlan(
@@ -390,18 +391,23 @@ class ResultsLedger:
         *,
         expected_head: int | None,
         max_attempts: int = 5,
+        delete: BooleanExpression | None = None,
+        notes: Mapping[str, str] | None = None,
     ) -> CommitResult:
         """Append a chunk's results (the final one also moves the watermark W -> T), iff the head is unmoved.
+
+        ``delete``: result rows the same commit removes (verdicts of deleted or changed source rows); ``notes``:
+        more summary properties of the commit.
 
         ``totals`` are the run's so far, this chunk included. Raises ProgressRaceError when another
         attempt of this run committed first (the data files are left to the caller), WatermarkConflictError
         when another run or a reset did (the data files are deleted), CommitOutcomeUnknownError when the
         catalog kept failing in ways that leave the outcome unknown and looking did not settle it.
         """
-        props = {**self._chunk_keys(plan, chunk), **totals.summary()}
+        props = {**self._chunk_keys(plan, chunk), **totals.summary(), **(notes or {})}
         last_error: Exception | None = None
         for attempt in range(1, max_attempts + 1):
-            done, last_error = self._try_commit(plan, chunk, data_files, props, expected_head, attempt)
+            done, last_error = self._try_commit(plan, chunk, data_files, props, expected_head, attempt, delete)
             if done is not None:
                 return done
         results = self.results()
@@ -421,6 +427,7 @@ class ResultsLedger:
         props: dict[str, str],
         expected_head: int | None,
         attempt: int,
+        delete: BooleanExpression | None = None,
     ) -> tuple[CommitResult | None, Exception | None]:
         """One try: (the result, None) when settled, (None, the error) when worth trying again."""
         from pyiceberg.exceptions import CommitFailedException
@@ -434,6 +441,8 @@ class ResultsLedger:
         self._check_head(plan, chunk, data_files, read_progress(table.metadata, self.source_table, plan.task_version),
                          expected_head)  # fmt: skip
         txn = table.transaction()
+        if delete is not None:  # copy-on-write: the results files holding those rows are rewritten in this commit
+            txn.delete(delete)
         with txn.update_snapshot(snapshot_properties=props).fast_append() as append:
             for data_file in data_files:
                 append.append_data_file(data_file)

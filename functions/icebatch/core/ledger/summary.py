@@ -59,6 +59,10 @@ class Key:
     COMMIT_ID = PREFIX + "commit-id"  # <run id>/<attempt id>/<chunk>: settles an unknown commit outcome
     ROWS_REDONE = PREFIX + "rows-redone"  # inferred again because another attempt had committed them
     ATTEMPTS = PREFIX + "attempts"  # attempts the run has taken so far (distinct attempt ids)
+    # a range that deleted or rewrote rows (the last commit): matched by content, verdicts removed
+    ROWS_UNCHANGED = PREFIX + "rows-unchanged"  # rows with a verdict for the same content: not sent to the model
+    VERDICTS_GONE = PREFIX + "verdicts-removed-deleted"  # ids no longer in the source: their verdicts removed
+    VERDICTS_SUPERSEDED = PREFIX + "verdicts-removed-superseded"  # replaced by this run's (the row changed)
     # totals of the run
     ROWS = PREFIX + "rows"
     ROWS_OK = PREFIX + "rows-ok"

@@ -1,0 +1,173 @@
+"""Content identity: a source row's verdict follows what the row says, not where it is stored.
+
+Appends are new rows; but deletes, updates, overwrites and upserts rewrite data files (copy-on-write), so a
+range (W, T] that holds a ``delete`` or ``overwrite`` snapshot has rows in rewritten files that are old
+rows copied, rows changed, and rows new. Every result row carries ``source_hash``: a hash of its source
+row's id and the columns the task reads (``content_hashes``). Over such a range the job
+
+- reads the data files live at T that the range added (by any operation: ``source.plan_range``);
+- sends to the model only the rows whose (id, hash) has no verdict of this task version yet (``unchanged``),
+  once each: a rewritten copy of a labelled row is not labelled again, a changed row is;
+- removes, in the commit that moves the watermark to T, the verdicts of ids no longer in the source at T
+  (deleted: every task version's) and those a new verdict of this run supersedes (this task version's):
+  ``removals``. The results table then holds one current verdict per live id and task version.
+
+An append-only range is read as appended (no results are looked up). Verdicts written before results
+carried a hash (``source_hash`` null) match their id whatever its content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_ID, SOURCE_POS
+from icebatch_job.done import DoneRows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.table import Table
+
+
+def content_hashes(rows: pa.Table) -> pa.Array:
+    """One signed 64-bit hash per row, of its values in column order (the id, then the task's columns)."""
+    import pyarrow as pa
+
+    columns = [c.to_pylist() for c in rows.columns]
+    out = np.empty(rows.num_rows, dtype=np.int64)
+    for i, values in enumerate(zip(*columns, strict=True)):
+        text = json.dumps(values, default=str, ensure_ascii=False, separators=(",", ":"))
+        out[i] = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+    return pa.array(out, pa.int64())
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """Rows of a range not to send to the model: their content already has a verdict (or a row before them in
+    the range has the same content)."""
+
+    rows: DoneRows
+    count: int
+
+
+def unchanged(
+    candidates: Iterable[pa.Table], id_column: str, done: DoneRows, results: Table | None, task_version: int
+) -> Unchanged:
+    """Of the range's rows (as read: with ``SOURCE_FILE``/``SOURCE_POS``/``SOURCE_HASH``), those not done whose
+    (id, hash) has a verdict of ``task_version``, or repeats an earlier row's."""
+    import pyarrow as pa
+
+    batches = [b for b in candidates if b.num_rows]
+    rows = DoneRows()
+    if not batches:
+        return Unchanged(rows, 0)
+    table = pa.concat_tables(batches)
+    files = table.column(SOURCE_FILE).to_pylist()
+    positions = np.asarray(table.column(SOURCE_POS).to_pylist(), dtype=np.int64)
+    ids = [str(v) for v in table.column(id_column).to_pylist()]
+    hashes = table.column(SOURCE_HASH).to_pylist()
+    known, any_content = _verdicts(results, task_version, set(ids))
+    already = done.contains(files, positions)
+    seen: set[tuple[str, int]] = set()
+    skip_files, skip_positions = [], []
+    for f, p, i, h, was_done in zip(files, positions.tolist(), ids, hashes, already, strict=True):
+        if was_done:
+            continue
+        if (i, h) in known or i in any_content or (i, h) in seen:
+            skip_files.append(f)
+            skip_positions.append(p)
+        seen.add((i, h))
+    rows.add(skip_files, skip_positions)
+    return Unchanged(rows, len(skip_files))
+
+
+def _verdicts(results: Table | None, task_version: int, ids: set[str]) -> tuple[set[tuple[str, int]], set[str]]:
+    """The (id, hash) pairs of ``ids`` with a verdict of ``task_version``; the ids whose verdict has no hash."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import EqualTo
+
+    if results is None or results.current_snapshot() is None or not ids:
+        return set(), set()
+    hashed = results.schema().find_field("source_hash", case_sensitive=False) is not None
+    columns = ("source_id", "source_hash") if hashed else ("source_id",)
+    equal_to: Any = EqualTo
+    table = results.scan(row_filter=equal_to("task_version", task_version), selected_fields=columns).to_arrow()
+    table = table.filter(pc.is_in(table.column("source_id"), value_set=pa.array(sorted(ids), pa.string())))
+    found = table.column("source_id").to_pylist()
+    hashes = table.column("source_hash").to_pylist() if hashed else [None] * len(found)
+    return {(i, h) for i, h in zip(found, hashes, strict=True) if h is not None}, {
+        i for i, h in zip(found, hashes, strict=True) if h is None
+    }
+
+
+@dataclass(frozen=True)
+class Removals:
+    """What the commit that moves the watermark deletes from the results table."""
+
+    gone: tuple[str, ...]  # ids no longer in the source: their verdicts, of every task version
+    superseded: tuple[str, ...]  # ids this run labelled again: their other verdicts of this task version
+
+    @property
+    def count(self) -> int:
+        return len(self.gone) + len(self.superseded)
+
+    def expression(self, run_id: str, task_version: int) -> BooleanExpression | None:
+        from pyiceberg.expressions import And, EqualTo, In, NotEqualTo, Or
+
+        equal_to: Any = EqualTo  # the pydantic mypy plugin misreads these expressions' own __init__
+        not_equal_to: Any = NotEqualTo
+        is_in: Any = In
+        parts: list[Any] = []
+        if self.gone:
+            parts.append(is_in("source_id", self.gone))
+        if self.superseded:
+            parts.append(
+                And(
+                    equal_to("task_version", task_version),
+                    And(is_in("source_id", self.superseded), not_equal_to("run_id", run_id)),
+                )
+            )
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else Or(parts[0], parts[1])
+
+
+def removals(
+    source: Table, to_snapshot: int, id_column: str, results: Table | None, run_id: str, task_version: int,
+    labelled: Iterable[str],
+) -> Removals:  # fmt: skip
+    """The verdicts of ids not live in the source at ``to_snapshot`` (``id_column``: its name there), and those
+    of this task version that this run's verdicts (``labelled``: ids of its rows not yet committed) supersede."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if results is None or results.current_snapshot() is None:
+        return Removals((), ())
+    live = source.scan(snapshot_id=to_snapshot, selected_fields=(id_column,)).to_arrow().column(0)
+    live_ids = pa.array({str(v) for v in live.to_pylist()}, pa.string())
+    table = results.scan(selected_fields=("source_id", "run_id", "task_version")).to_arrow()
+    ids = table.column("source_id")
+    gone = sorted(set(ids.filter(pc.invert(pc.is_in(ids, value_set=live_ids))).to_pylist()))
+    mine = table.filter(pc.equal(table.column("run_id"), run_id)).column("source_id").to_pylist()
+    relabelled = pa.array(sorted({*mine, *labelled}), pa.string())
+    others = table.filter(
+        pc.and_(
+            pc.and_(pc.equal(table.column("task_version"), task_version), pc.not_equal(table.column("run_id"), run_id)),
+            pc.is_in(ids, value_set=relabelled),
+        )
+    )
+    superseded = sorted(set(others.column("source_id").to_pylist()) - set(gone))
+    return Removals(tuple(gone), tuple(superseded))
+
+
+def labelled_ids(rows: pa.Table) -> list[str]:
+    """The source ids of result rows (or of rows read, by their ``SOURCE_ID``)."""
+    name = "source_id" if "source_id" in rows.column_names else SOURCE_ID
+    return [str(v) for v in rows.column(name).to_pylist()]
