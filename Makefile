@@ -32,7 +32,7 @@ export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 # the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
 export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help env demo test test-fast test-fault test-reliability reliability test-engine test-aws lint sam-venv sam-check format bench bench-gpu lock clean
+.PHONY: help env demo test test-fast test-fault test-reliability reliability test-engine test-aws test-lifecycle-soak lint sam-venv sam-check format bench bench-gpu lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
@@ -40,6 +40,7 @@ help:
 	@echo "make test-aws - the production path against AWS APIs (moto) as template.yaml deploys it"
 	@echo "make test-fault - the real job killed (SIGKILL, SIGTERM) at chosen points, resumed after each"
 	@echo "make test-reliability - the concurrency tests alone, then 20 times in a shuffled order"
+	@echo "make test-lifecycle-soak - random table lifecycles with runs, kills and resumes (LIFECYCLE_EXAMPLES=2000)"
 	@echo "make bench  - run the benchmarks (results in bench/results/)"
 	@echo "make bench-gpu - the job vs a bare vllm.LLM on one NVIDIA GPU, Llama-3.1-8B shape (in the job image)"
 	@echo "make lint   - ruff + mypy only"
@@ -131,6 +132,10 @@ reliability:
 		echo "== alone: $$t"; $(PY) -m pytest -q -p no:cacheprovider "$$t" || exit 1; done
 	ICEBATCH_TEST_REPEAT=20 ICEBATCH_TEST_SHUFFLE=$(RELIABILITY_SEED) $(PY) -m pytest -q -m concurrency $(PYTEST_ARGS)
 
+# `make test` runs 200 lifecycles in a fixed order; this runs more, drawn at random (a failure prints its steps).
+test-lifecycle-soak: env
+	LIFECYCLE_SOAK=1 $(PY) -m pytest -q -p no:cacheprovider tests/functional/test_lifecycle_machine.py $(PYTEST_ARGS)
+
 test-engine: env
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
 
@@ -141,6 +146,7 @@ bench: env
 	$(PY) -m bench.launcher_weight
 	$(PY) -m bench.backlog_scaling
 	$(PY) -m bench.streaming_history
+	$(PY) -m bench.content_identity
 	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 3
 	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 2 --model small
 	$(PY) -m bench.scale_out --rows 1000

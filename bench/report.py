@@ -165,6 +165,21 @@ def render() -> str:
                 f"{size['read_task_bytes'] / 1024:.1f} KB) | {size['backlog_over_floor']:.2f}, "
                 f"{size['plan_over_floor']:.2f} | <= 1.5 |"
             )
+    ident = _latest("content_identity")
+    if ident:
+        for size in ident["sizes"]:
+            lines.append(
+                f"| matching a rewritten range of {ident['range_rows']:,} rows by content, {size['rows']:,} verdicts "
+                f"| read the verdicts' ids: {size['floor_lookup_s']:.2f} s; the source's and the verdicts' ids: "
+                f"{size['floor_removals_s']:.2f} s | lookup {size['lookup_s']:.2f} s, removals "
+                f"{size['removals_s']:.2f} s (peak RSS {size['peak_rss_mb']:.0f} MB) | "
+                f"{size['lookup_over_floor']:.2f}, {size['removals_over_floor']:.2f} | |"
+            )
+        h = ident["hashing"]
+        lines.append(
+            f"| content hash of every row read (append-only ranges too) | Parquet read: {h['read_us_per_row']:.2f} "
+            f"us/row | {h['hash_us_per_row']:.2f} us/row | {h['hash_us_per_row'] / h['read_us_per_row']:.1f} | |"
+        )
     t = _latest("tokens_per_row")
     if t:
         seed = t["seed"]

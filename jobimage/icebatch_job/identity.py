@@ -145,26 +145,40 @@ def removals(
 ) -> Removals:  # fmt: skip
     """The verdicts of ids not live in the source at ``to_snapshot`` (``id_column``: its name there), and those
     of this task version that this run's verdicts (``labelled``: ids of its rows not yet committed) supersede."""
-    import pyarrow as pa
     import pyarrow.compute as pc
+    from pyiceberg.expressions import And, EqualTo, In, NotEqualTo
 
     if results is None or results.current_snapshot() is None:
         return Removals((), ())
-    live = source.scan(snapshot_id=to_snapshot, selected_fields=(id_column,)).to_arrow().column(0)
-    live_ids = pa.array({str(v) for v in live.to_pylist()}, pa.string())
-    table = results.scan(selected_fields=("source_id", "run_id", "task_version")).to_arrow()
-    ids = table.column("source_id")
-    gone = sorted(set(ids.filter(pc.invert(pc.is_in(ids, value_set=live_ids))).to_pylist()))
-    mine = table.filter(pc.equal(table.column("run_id"), run_id)).column("source_id").to_pylist()
-    relabelled = pa.array(sorted({*mine, *labelled}), pa.string())
-    others = table.filter(
-        pc.and_(
-            pc.and_(pc.equal(table.column("task_version"), task_version), pc.not_equal(table.column("run_id"), run_id)),
-            pc.is_in(ids, value_set=relabelled),
-        )
-    )
-    superseded = sorted(set(others.column("source_id").to_pylist()) - set(gone))
+    equal_to: Any = EqualTo  # the pydantic mypy plugin misreads these expressions' own __init__
+    not_equal_to: Any = NotEqualTo
+    is_in: Any = In
+    live = as_ids(source.scan(snapshot_id=to_snapshot, selected_fields=(id_column,)).to_arrow().column(0))
+    ids = results.scan(selected_fields=("source_id",)).to_arrow().column(0)
+    gone = sorted(set(ids.filter(pc.invert(pc.is_in(ids, value_set=live))).to_pylist()))
+    # (results files are written per chunk: a filter on the run prunes to its own files by their column bounds)
+    mine = results.scan(row_filter=equal_to("run_id", run_id), selected_fields=("source_id",)).to_arrow()
+    relabelled = sorted({*mine.column(0).to_pylist(), *labelled})
+    if not relabelled:
+        return Removals(tuple(gone), ())
+    others = results.scan(
+        row_filter=And(equal_to("task_version", task_version),
+                       And(is_in("source_id", relabelled), not_equal_to("run_id", run_id))),
+        selected_fields=("source_id",),
+    ).to_arrow()  # fmt: skip
+    superseded = sorted(set(others.column(0).to_pylist()) - set(gone))
     return Removals(tuple(gone), tuple(superseded))
+
+
+def as_ids(values: pa.ChunkedArray) -> pa.Array:
+    """Source ids as result rows hold them (``str`` of the value): Arrow's cast for strings and integers (the
+    same text, without a Python object per row: a source has millions), ``str`` otherwise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type) or pa.types.is_integer(values.type):
+        return pc.unique(pc.cast(values, pa.string()).combine_chunks())
+    return pa.array({str(v) for v in values.to_pylist()}, pa.string())
 
 
 def labelled_ids(rows: pa.Table) -> list[str]:

@@ -93,7 +93,6 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     """The range's files; ``columns`` are the task's names for them (default: every column). A column the
     source renamed since the task was written is read under its name now and handed on under the task's
     (``RunPlan.source_columns``: the ledger follows columns by field id)."""
-    from pyiceberg.manifest import DataFileContent
     from pyiceberg.table import ManifestGroupPlanner
 
     renamed = plan.source_columns.renamed if plan.source_columns else {}
@@ -103,18 +102,16 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
         to_snapshot_id_inclusive=plan.to_snapshot_inclusive,
         selected_fields=tuple(to_source.get(c, c) for c in columns) if columns else ("*",),
     )
-    span = range_snapshots(table.metadata, plan.scan_from_exclusive, plan.to_snapshot_inclusive)
+    span = range_snapshots(
+        table.metadata, plan.scan_from_exclusive, plan.to_snapshot_inclusive, from_sequence=plan.from_sequence_number,
+        first_run=plan.from_snapshot_exclusive is None,
+    )  # fmt: skip
     end = table.metadata.snapshot_by_id(plan.to_snapshot_inclusive)
     assert end is not None
-    ids, manifests, delete_manifests, wanted = _range_manifests(table, span, end)
+    taken, manifests = _range_manifests(table, span, end)
     planner = ManifestGroupPlanner(table_metadata=table.metadata, io=table.io)
     try:
-        planned = planner.plan_files(
-            manifests=[*manifests, *delete_manifests],
-            manifest_entry_filter=lambda e: (
-                e.status in wanted and (e.snapshot_id in ids or e.data_file.content != DataFileContent.DATA)
-            ),
-        )
+        planned = planner.plan_files(manifests=manifests, manifest_entry_filter=taken)
     except ValueError as e:  # pyiceberg reads no equality deletes
         raise WatermarkError(f"{MOR_REFUSED}: {e}") from e
     tasks = sorted(planned, key=lambda t: t.file.file_path)
@@ -123,44 +120,49 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
             raise WatermarkError(f"{MOR_REFUSED} ({t.file.file_path}, a data file of the range, has some)")
     schema = _named(scan.projection(), renamed)
     content = tuple(columns) if columns else tuple(f.name for f in schema.fields)
-    return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, span.rewrites)
+    rewrites = (span.rewrites or span.past_sequence is not None) and not span.whole  # a first run matches nothing
+    return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, rewrites)
 
 
-def _range_manifests(
-    table: Table, span: RangeSnapshots, end: Snapshot
-) -> tuple[set[int] | frozenset[int], set[Any], list[Any], tuple[Any, ...]]:
-    """Where a range's files are listed: (the snapshots that added them, data manifests, delete manifests, the
-    entry statuses to take)."""
-    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+def _range_manifests(table: Table, span: RangeSnapshots, end: Snapshot) -> tuple[Callable[[Any], bool], list[Any]]:
+    """Where a range's files are listed: which manifest entries are the range's data files (delete files are
+    always taken: they may apply to them), and the manifests to read."""
+    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
 
-    ids: set[int] | frozenset[int] = {s.snapshot_id for s in span.appends}
-    delete_manifests: list[Any] = []
-    if span.rewrites:
-        # Rows were deleted or rewritten in the range (copy-on-write): what it holds is the rows live at its end
-        # in files it added (appended, rewritten or compacted), whatever operation added them; ``identity``
-        # tells a copy of a labelled row from a new or changed one.
-        ids = span.ids
-        manifests = {m for m in end.manifests(table.io) if m.content == ManifestContent.DATA}
-        delete_manifests = [m for m in end.manifests(table.io) if m.content != ManifestContent.DATA]
-        wanted: tuple[ManifestEntryStatus, ...] = (ManifestEntryStatus.ADDED, ManifestEntryStatus.EXISTING)
-    elif span.appends_only and span.first_sequence is not None:
+    live = (ManifestEntryStatus.ADDED, ManifestEntryStatus.EXISTING)
+    if span.whole:  # a first run: every row live at the end (its history may have been expired in part)
+        return lambda e: e.status in live, list(end.manifests(table.io))
+    if span.past_sequence is not None or span.rewrites:
+        # Snapshots after the watermark expired unprocessed: the files live at the end whose data sequence number
+        # is past the watermark's hold their rows. Rows deleted or rewritten in the range (copy-on-write): the
+        # rows live at the end in files the range added, whatever operation added them. Either way copies of
+        # labelled rows are among them, which ``identity`` tells from new and changed ones.
+        past, ids = span.past_sequence, span.ids
+
+        def taken(e: Any) -> bool:
+            if e.data_file.content != DataFileContent.DATA:
+                return e.status in live
+            return e.status in live and ((e.sequence_number or 0) > past if past is not None else e.snapshot_id in ids)
+
+        return taken, list(end.manifests(table.io))
+    appended = {s.snapshot_id for s in span.appends}
+    if span.appends_only and span.first_sequence is not None:
         # Nothing was removed in the range, so every file it added is live at its end: the end's manifests list
         # them (ADDED there, or EXISTING once a later append merged manifests), and only manifests written in
         # the range can: one manifest list is read, not one per snapshot.
         first = span.first_sequence
-        manifests = {
+        manifests = [
             m for m in end.manifests(table.io) if m.content == ManifestContent.DATA and m.sequence_number >= first
-        }
-        wanted = (ManifestEntryStatus.ADDED, ManifestEntryStatus.EXISTING)
-    else:  # pyiceberg's incremental append scan: each append snapshot's own manifests, its ADDED entries
-        manifests = {
-            m
-            for s in span.appends
-            for m in s.manifests(table.io)
-            if m.content == ManifestContent.DATA and m.added_snapshot_id in ids
-        }
-        wanted = (ManifestEntryStatus.ADDED,)
-    return ids, manifests, delete_manifests, wanted
+        ]
+        return lambda e: e.snapshot_id in appended and e.status in live, manifests
+    # pyiceberg's incremental append scan: each append snapshot's own manifests, its ADDED entries
+    manifests = [
+        m
+        for s in span.appends
+        for m in s.manifests(table.io)
+        if m.content == ManifestContent.DATA and m.added_snapshot_id in appended
+    ]
+    return lambda e: e.snapshot_id in appended and e.status == ManifestEntryStatus.ADDED, list(set(manifests))
 
 
 @dataclass(frozen=True)
@@ -170,14 +172,26 @@ class RangeSnapshots:
     first_sequence: int | None  # the oldest snapshot's sequence number (None: format v1, or unknown)
     ids: frozenset[int] = frozenset()  # every snapshot of the range
     rewrites: bool = False  # a ``delete`` or ``overwrite`` in the range: rows were deleted or rewritten
+    past_sequence: int | None = None  # snapshots after the watermark expired: its sequence number
+    whole: bool = False  # no watermark: the range is every row live at its end
 
 
-def range_snapshots(meta: TableMetadata, from_exclusive: int | None, to_inclusive: int) -> RangeSnapshots:
+def range_snapshots(
+    meta: TableMetadata,
+    from_exclusive: int | None,
+    to_inclusive: int,
+    *,
+    from_sequence: int | None = None,
+    first_run: bool = False,
+) -> RangeSnapshots:
     """The snapshots after ``from_exclusive`` up to ``to_inclusive`` along its ancestry, in one walk
     (``ledger.lineage.ancestry``): the ``append`` ones, which pyiceberg's incremental append scan reads, found
     without its walks that look every parent up in the whole snapshot list (quadratic in the history: a
     streaming-fed source has thousands of snapshots a day). ``from_exclusive`` may be expired, as there: it must
-    then be the parent of one of the range's snapshots."""
+    then be the parent of one of the range's snapshots. ``from_sequence``: the watermark's sequence number; when
+    the oldest snapshot found does not follow it, snapshots between were expired (``past_sequence``).
+    ``first_run``: there is no watermark, and the range is every row live at its end (``whole``), whichever
+    snapshots of its history are left."""
     from pyiceberg.table.snapshots import Operation
 
     end = meta.snapshot_by_id(to_inclusive)
@@ -204,7 +218,12 @@ def range_snapshots(meta: TableMetadata, from_exclusive: int | None, to_inclusiv
                 f"snapshot {from_exclusive} is not in the history of snapshot {to_inclusive}: the range cannot be read"
             )
     usable = meta.format_version >= 2 and first is not None and first > 0
-    return RangeSnapshots(appends, only, first if usable else None, frozenset(ids), rewrites)
+    # (an expiry clears the parent id of the oldest snapshot it keeps: the walk then starts the range from None)
+    expired = from_exclusive is None or meta.snapshot_by_id(from_exclusive) is None
+    gap = usable and expired and from_sequence is not None and first != from_sequence + 1
+    past = from_sequence if gap else None
+    first = first if usable else None
+    return RangeSnapshots(appends, only and not gap, first, frozenset(ids), rewrites, past, whole=first_run)
 
 
 def _named(projection: Schema, renamed: dict[str, str]) -> Schema:

@@ -28,7 +28,7 @@ from icebatch.core.ledger import open_ledger as open_consumer_ledger
 from icebatch.core.settings import Settings
 from icebatch.tools.cli import main as icebatch_main
 from icebatch.tools.invoke import invoke
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate, generate_tickets
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate, generate_tickets, ticket_schema
 from pyiceberg.expressions import EqualTo
 
 from tests.support.consumers import triage
@@ -408,18 +408,66 @@ def test_expired_watermark_snapshot_is_fine_while_its_child_exists(settings: Set
     _assert_exactly_once(ledger)
 
 
-def test_unprocessed_snapshots_expired_before_processing_are_a_clear_error(settings: Settings) -> None:
-    # given a watermark, then two appends, and the watermark plus the first unprocessed append expired
-    ledger = _ledger(settings)
+def _labelled_then_unprocessed_expired(ledger: ResultsLedger, deleting: Callable[[], object] = lambda: None) -> None:
+    """4 rows labelled; then appends of 5 and 6 rows (``deleting`` after them), and the watermark and the
+    first unprocessed append expired."""
     _append(ledger, 4, seed=1)
     run_once(ledger)
     wm = ledger.watermark().source_snapshot_id
     lost = _append(ledger, 5, seed=2)
     _append(ledger, 6, seed=3)
+    deleting()
     ledger.source().maintenance.expire_snapshots().by_ids([wm, lost]).commit()
-    # then the backlog refuses to guess which rows are new
-    with pytest.raises(WatermarkError, match="expired before they were processed"):
-        ledger.backlog()
+
+
+def test_unprocessed_snapshots_expired_are_found_by_sequence_number_and_labelled_once(settings: Settings) -> None:
+    from pyiceberg.expressions import In
+
+    # given a watermark, then two appends and a delete of a labelled row, and the watermark plus the first
+    # unprocessed append expired (their data files are still live)
+    ledger = _ledger(settings)
+    _labelled_then_unprocessed_expired(ledger, lambda: ledger.source().delete(In("ticket_id", ledger_ids(ledger)[:1])))
+    # when the backlog is computed and the next run goes
+    backlog = ledger.backlog()
+    run = run_once(ledger)
+    # then the backlog counted the rows of live files past the watermark's sequence number (the expired append's
+    # among them), and the run labelled those 11 alone, removed the deleted row's verdict, and needs no reset
+    assert backlog.gap and backlog.rows >= 11
+    assert run is not None and run.stats.rows == 11
+    _assert_exactly_once(ledger)
+    assert ledger.backlog().rows == 0
+
+
+def test_a_first_run_over_a_partly_expired_history_labels_every_live_row(settings: Settings) -> None:
+    from pyiceberg.expressions import In
+
+    # given a source never processed: an append of 2 rows, one of them updated (copy-on-write: the other is
+    # rewritten into a new file by an overwrite), and its history expired but for the current snapshot
+    # (found by the lifecycle state machine: the first run read the last append's file alone)
+    ledger = _ledger(settings)
+    _append(ledger, 2, seed=1)
+    kept, changed = sorted(source_ids(ledger))
+    ledger.source().delete(In("ticket_id", [changed]))
+    _append(ledger, 1, seed=2)
+    expire_all_but_current(ledger.source())
+    # when the backlog is computed and the first run goes
+    backlog = ledger.backlog()
+    run = run_once(ledger)
+    # then both live rows were counted and labelled, the one in the rewritten file too
+    assert backlog.gap and backlog.rows == 2
+    assert run is not None and run.stats.rows == 2 and kept in ledger_ids(ledger)
+    _assert_exactly_once(ledger)
+
+
+def test_a_v1_source_with_unprocessed_snapshots_expired_is_a_clear_error(settings: Settings) -> None:
+    # given a format-v1 source (no sequence numbers) with the watermark and an unprocessed append expired
+    catalog = open_catalog(settings)
+    catalog.create_namespace_if_not_exists("support")
+    catalog.create_table(settings.catalog.source_table, schema=ticket_schema(), properties={"format-version": "1"})
+    _labelled_then_unprocessed_expired(_ledger(settings))
+    # then the backlog refuses to guess which rows are new, and says why and what to do
+    with pytest.raises(WatermarkError, match=r"format-v1 table has none.*icebatch ledger reset"):
+        _ledger(settings).backlog()
 
 
 def test_rolled_back_history_is_a_clear_error(settings: Settings) -> None:

@@ -61,6 +61,8 @@ class Backlog:
     scan_from_exclusive: int | None = None  # where an incremental scan of the pending range starts
     deleted_rows: int = 0  # rows deleted in the range, net of rewrites, plus delete-file rows
     rewrites: bool = False  # a ``delete`` or ``overwrite`` in the range: a run removes verdicts, even with no new rows
+    gap: bool = False  # snapshots after the watermark were expired unprocessed: ``rows`` are those of live files
+    # whose data sequence number is past the watermark's (copies of labelled rows among them are not sent again)
 
     @property
     def skipped_rows(self) -> int:
@@ -86,6 +88,7 @@ class Backlog:
             "skipped_rows": self.skipped_rows,
             "skipped_snapshots": [asdict(s) for s in self.skipped],
             "deleted_rows": self.deleted_rows,
+            "history_gap": self.gap,
         }
 
 
@@ -126,25 +129,30 @@ def same_table(recorded_uuid: str | None, recorded_at: int | None, meta: TableMe
 
 def _pending_snapshots(
     meta: TableMetadata, watermark: int | None, watermark_seq: int | None, upto: int | None
-) -> list[Snapshot]:
-    """Snapshots after the watermark up to ``upto`` (default: current), oldest first.
+) -> tuple[list[Snapshot], bool]:
+    """Snapshots after the watermark up to ``upto`` (default: current), oldest first, and whether snapshots
+    between the watermark and them were expired (a gap).
 
     The watermark is found in the ancestry of ``upto``. If it was expired, the ancestry is cut by its
-    sequence number instead (recorded in the ledger; sequence numbers only grow), provided the oldest
-    remaining snapshot directly follows it: otherwise snapshots after the watermark were expired before
-    being processed and their rows can no longer be told apart.
+    sequence number instead (recorded in the ledger; sequence numbers only grow). When the oldest remaining
+    snapshot does not directly follow it, snapshots after the watermark were expired before being processed:
+    their rows are found by the data sequence numbers of the files live now (format v2 and later), which
+    a run reads matched by content (``Backlog.gap``).
     """
     end = meta.snapshot_by_id(upto) if upto is not None else meta.current_snapshot()
     if upto is not None and end is None:
-        raise WatermarkError(f"snapshot {upto} is not in the source table's metadata (expired?)")
+        raise WatermarkError(
+            f"snapshot {upto} is not in the source table's metadata (expired?): a run part way through a range "
+            f"ending there cannot go on. {_RESET_FIX}"
+        )
     if end is None:
-        return []
+        return [], False
     history = list(ancestry(end, meta))  # newest first
-    if watermark is None:
-        return history[::-1]
+    if watermark is None:  # a history whose oldest left is not the table's first (sequence 1) was expired in part
+        return history[::-1], meta.format_version >= 2 and (history[-1].sequence_number or 0) > 1
     ids = [s.snapshot_id for s in history]
     if watermark in ids:
-        return history[: ids.index(watermark)][::-1]
+        return history[: ids.index(watermark)][::-1], False
     if meta.snapshot_by_id(watermark) is not None:
         raise WatermarkError(
             f"the last processed snapshot {watermark} is not in the history of snapshot {end.snapshot_id}: "
@@ -159,17 +167,11 @@ def _pending_snapshots(
     if watermark_seq is None or meta.format_version < 2:
         raise WatermarkError(
             f"the last processed snapshot {watermark} was expired and the ledger holds no sequence number "
-            f"to continue from. {_RESET_FIX}"
+            f"to continue from{' (a format-v1 table has none)' if meta.format_version < 2 else ''}. {_RESET_FIX}"
         )
     pending = [s for s in history if (s.sequence_number or 0) > watermark_seq][::-1]
     kept = [s for s in history if (s.sequence_number or 0) <= watermark_seq]
-    if pending and not kept and (pending[0].sequence_number or 0) != watermark_seq + 1:
-        raise WatermarkError(
-            f"snapshots between the last processed snapshot {watermark} (sequence {watermark_seq}) and "
-            f"{pending[0].snapshot_id} (sequence {pending[0].sequence_number}) were expired before they "
-            f"were processed; their rows cannot be told apart any more. {_RESET_FIX}"
-        )
-    return pending
+    return pending, bool(pending and not kept and (pending[0].sequence_number or 0) != watermark_seq + 1)
 
 
 def compute_backlog(
@@ -185,7 +187,7 @@ def compute_backlog(
     """Rows appended after ``watermark`` (exclusive) up to ``upto`` (inclusive, default: current)."""
     from pyiceberg.table.snapshots import Operation
 
-    pending = _pending_snapshots(source_meta, watermark, watermark_seq, upto)
+    pending, gap = _pending_snapshots(source_meta, watermark, watermark_seq, upto)
     rows = 0
     ids: list[int] = []
     per: list[int] = []
@@ -208,6 +210,11 @@ def compute_backlog(
             deleted += max(0, _count(snap, "deleted-records") - _count(snap, "added-records"))
             deleted += _count(snap, "added-position-deletes") + _count(snap, "added-equality-deletes")
     current = pending[-1].snapshot_id if pending else (upto if upto is not None else source_meta.current_snapshot_id)
+    if gap:  # the rows of the expired snapshots are in live files past the watermark's sequence number
+        assert pending
+        rows, rewrites = _rows_past(pending[-1], io, watermark_seq or 0), watermark_seq is not None
+        ids, per = [pending[-1].snapshot_id], [rows]
+        oldest = pending[0].timestamp_ms  # at the latest: the expired snapshots' rows are older
     return Backlog(
         scan_from_exclusive=pending[0].parent_snapshot_id if pending else watermark,
         source_table=source_table,
@@ -222,6 +229,20 @@ def compute_backlog(
         pending_rows=tuple(per),
         deleted_rows=deleted,
         rewrites=rewrites,
+        gap=gap,
+    )
+
+
+def _rows_past(end: Snapshot, io: FileIO, sequence: int) -> int:
+    """Rows of the data files live at ``end`` whose data sequence number is past ``sequence`` (manifests only)."""
+    from pyiceberg.manifest import ManifestContent
+
+    return sum(
+        e.data_file.record_count
+        for m in end.manifests(io)
+        if m.content == ManifestContent.DATA
+        for e in m.fetch_manifest_entry(io, discard_deleted=True)
+        if (e.sequence_number or 0) > sequence
     )
 
 

@@ -79,10 +79,14 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
         print(f"backlog rows          : {b.rows} in {b.snapshots} snapshot(s)")
         print(f"oldest unprocessed age: {'-' if age is None else duration(age)}")
         if b.skipped:
-            print(f"not processed         : {b.skipped_rows} rows added by overwrite snapshots")
+            print(f"rewritten             : {b.skipped_rows} rows added by overwrite snapshots (matched by content: "
+                  "only changed and new ones go to the model)")  # fmt: skip
         if b.deleted_rows:
-            print(f"deleted in the source : {b.deleted_rows} rows since the watermark (their verdicts stay: "
-                  "deletes are not followed yet)")  # fmt: skip
+            print(f"deleted in the source : {b.deleted_rows} rows since the watermark (the next run removes their "
+                  "verdicts)")  # fmt: skip
+        if b.gap:
+            print("expired history       : snapshots after the watermark were expired; their rows are found by data "
+                  "sequence number and matched by content")  # fmt: skip
         if p is not None:
             print(f"in progress           : {p.describe()} (to snapshot {p.to_snapshot_inclusive})")
         print()

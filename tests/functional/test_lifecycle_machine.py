@@ -1,0 +1,163 @@
+"""Exactly once through random lifecycles: table operations interleaved with runs, kills and resumes.
+
+A Hypothesis ``RuleBasedStateMachine`` appends, deletes, overwrites with the same rows, upserts changed
+rows, truncates and expires the source's history (pyiceberg writes them as the writers it stands for do:
+copy-on-write),
+and runs the consumer the way the job does (``tests.support.runs``: its planning, reading, chunked commits,
+content identity; a rule-based labeller stands in for the model, which is not what this is about), killed
+after a chosen number of rows or to the end. After each drained run it checks, with an independent count
+(plain scans and its own model of what was labelled, not the ledger's code):
+
+- every live source row has exactly one verdict of the task version, and no deleted row has one;
+- the rows the runs since the last check labelled are exactly the live rows whose content changed or is new
+  (nothing unchanged is sent again);
+- the watermark never goes back.
+
+``make test`` runs 200 sequences in a fixed order; ``make test-lifecycle-soak`` runs more, at random
+(``LIFECYCLE_EXAMPLES``, default 2,000).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
+from icebatch.core.catalog import open_catalog
+from icebatch.core.ledger import open_ledger
+from icebatch.core.settings import Settings
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from pyiceberg.expressions import AlwaysTrue, In
+
+from tests.support.consumers import triage
+from tests.support.runs import Crash, dies_after, expire_all_but_current, run_once
+
+pytestmark = pytest.mark.functional
+SOAK = os.environ.get("LIFECYCLE_SOAK") == "1"
+EXAMPLES = int(os.environ.get("LIFECYCLE_EXAMPLES", "2000")) if SOAK else 200
+
+
+class Lifecycle(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="icebatch-lifecycle-"))
+        s = Settings(home=self.tmp / "home")
+        ensure_source_table(open_catalog(s), s.catalog.source_table)
+        self.ledger = open_ledger(s, triage(s))
+        self.task = self.ledger.consumer.task
+        self.labelled: dict[str, tuple[Any, ...]] = {}  # the model: id -> the content its verdict is of
+        self.runs: set[str] = set()  # runs completed since the last check
+        self.sequence = 0  # the watermark's sequence number at the last check
+        self.seed = 0
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- what the source's writers and maintenance do ----------------------------------------------
+    def _rows(self) -> pa.Table:
+        return self.ledger.source().scan().to_arrow().sort_by("ticket_id")
+
+    def _live(self) -> dict[str, tuple[Any, ...]]:
+        columns = (self.task.id_column, *self.task.input_columns)
+        rows = self._rows().select(list(columns)).to_pylist()
+        return {str(r[self.task.id_column]): tuple(r[c] for c in columns) for r in rows}
+
+    def _has_rows(self) -> bool:
+        return self._rows().num_rows > 0
+
+    @rule(n=st.integers(1, 8))
+    def append(self, n: int) -> None:
+        self.seed += 1
+        append_tickets(self.ledger.source(), generate_tickets(n, random.Random(self.seed)))
+
+    @precondition(_has_rows)
+    @rule(data=st.data())
+    def delete_some(self, data: st.DataObject) -> None:
+        ids = sorted(self._live())
+        gone = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3, unique=True))
+        self.ledger.source().delete(In("ticket_id", gone))
+
+    @precondition(_has_rows)
+    @rule()
+    def overwrite_with_the_same_rows(self) -> None:
+        self.ledger.source().overwrite(self._rows())
+
+    @precondition(_has_rows)
+    @rule(data=st.data())
+    def upsert_changed_rows(self, data: st.DataObject) -> None:
+        rows = self._rows()
+        picked = data.draw(st.lists(st.integers(0, rows.num_rows - 1), min_size=1, max_size=2, unique=True))
+        changed = rows.take(pa.array(picked))
+        self.seed += 1
+        subject = changed.schema.get_field_index("subject")
+        edited = pc.binary_join_element_wise(pc.fill_null(changed["subject"], ""), f" (edit {self.seed})", "")
+        self.ledger.source().upsert(changed.set_column(subject, "subject", edited), ["ticket_id"])
+
+    @precondition(_has_rows)
+    @rule()
+    def truncate(self) -> None:
+        self.ledger.source().delete(AlwaysTrue())
+
+    def _expirable(self) -> bool:  # a run part way through keeps its range's end (expiring it: README, Limitations)
+        return len(self.ledger.source().metadata.snapshots) > 1 and self.ledger.pending() is None
+
+    @precondition(_expirable)
+    @rule()
+    def expire_history(self) -> None:
+        expire_all_but_current(self.ledger.source())
+
+    # --- runs -----------------------------------------------------------------------------------
+    @rule(rows=st.integers(0, 12))
+    def killed_run(self, rows: int) -> None:
+        try:
+            done = run_once(self.ledger, transform=dies_after(rows), chunk_rows=3)
+        except Crash:
+            return
+        if done is not None:
+            self.runs.add(done.plan.run_id)
+
+    @rule()
+    def run_to_the_end(self) -> None:
+        while (done := run_once(self.ledger, chunk_rows=4)) is not None:
+            self.runs.add(done.plan.run_id)
+        self._check()
+
+    def _check(self) -> None:
+        live = self._live()
+        table = self.ledger.results()
+        verdicts = [] if table is None else table.scan(selected_fields=("source_id", "run_id")).to_arrow().to_pylist()
+        per_id = Counter(v["source_id"] for v in verdicts)
+        # every live row has one verdict, no deleted row has one
+        assert {i: n for i, n in per_id.items() if n > 1} == {}
+        assert set(per_id) == set(live), (sorted(set(live) - set(per_id)), sorted(set(per_id) - set(live)))
+        # the runs since the last check labelled exactly the new and the changed rows
+        new = {i for i, content in live.items() if self.labelled.get(i) != content}
+        assert {v["source_id"] for v in verdicts if v["run_id"] in self.runs} == new
+        # the watermark never goes back
+        sequence = self.ledger.watermark().source_sequence_number or 0
+        assert sequence >= self.sequence
+        self.labelled, self.runs, self.sequence = live, set(), sequence
+
+
+def test_random_lifecycles_keep_one_verdict_per_live_row() -> None:
+    run_state_machine_as_test(
+        Lifecycle,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=10,
+            deadline=None,
+            database=None,
+            derandomize=not SOAK,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
