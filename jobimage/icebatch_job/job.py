@@ -244,11 +244,9 @@ def plan(run: JobRun) -> bool:
     c = run.consumer
     if run.plan is None:
         wm = run.ledger.watermark().source_snapshot_id
-        run.out(
-            incremental_state(
-                consumer=c.name, source_table=c.source_table, from_snapshot=wm, to_snapshot=wm, new_rows=0
-            )
-        )
+        state = incremental_state(consumer=c.name, source_table=c.source_table, from_snapshot=wm, to_snapshot=wm,
+                                  new_rows=0, noun=c.row_noun)  # fmt: skip
+        run.out(state)
         run.out("nothing new: no engine started")
         return False
     p = run.plan
@@ -260,6 +258,7 @@ def plan(run: JobRun) -> bool:
             to_snapshot=p.to_snapshot_inclusive,
             new_rows=p.expected_rows,
             snapshots=p.snapshots,
+            noun=c.row_noun,
         )
     )
     if p.resume is not None:
@@ -432,6 +431,7 @@ def completed(run: JobRun, commit: CommitResult) -> JobResult:
         ledger_snapshot_id=commit.ledger_snapshot_id,
         finished_at=datetime.now(UTC),
         chunks=c.chunks,
+        row_noun=run.consumer.row_noun,
     )
     run.out(completed_text(event, include_state=False))
     publish(run.publisher, event)

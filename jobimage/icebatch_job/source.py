@@ -17,7 +17,7 @@ would grow with every one (past Ray's 1 MiB read-task limit at about 3,000).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 _INFLATION = 5
 MOR_REFUSED = (
-    "the range has merge-on-read delete files, which icebatch does not follow yet (positions would not name rows). "
+    "the range has equality delete files (merge-on-read), which icebatch cannot read yet (pyiceberg does not). "
     "Compact the source table with its deletes applied (Spark `rewrite_data_files` with `delete-file-threshold=1`), "
     "then launch again"
 )  # Parquet on disk -> Arrow in memory, a rough planning factor
@@ -66,11 +66,12 @@ class PlannedRange:
     io: Any
     content: tuple[str, ...] = ()  # the columns a row's ``SOURCE_HASH`` is of, in order (the id first)
     rewrites: bool = False  # the range deleted or rewrote rows: its rows are matched by content (``identity``)
+    deleted: DoneRows = field(default_factory=DoneRows)  # rows of its files that position deletes remove
 
     @property
     def rows(self) -> int:
-        """Source rows the range holds (no planned file has delete files: ``plan_range`` refuses them)."""
-        return sum(t.file.record_count for t in self.tasks)
+        """Source rows the range holds: its files' rows less those position deletes remove."""
+        return sum(t.file.record_count for t in self.tasks) - len(self.deleted)
 
 
 def read_metadata(metadata: TableMetadata) -> TableMetadata:
@@ -112,16 +113,34 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     planner = ManifestGroupPlanner(table_metadata=table.metadata, io=table.io)
     try:
         planned = planner.plan_files(manifests=manifests, manifest_entry_filter=taken)
-    except ValueError as e:  # pyiceberg reads no equality deletes
+    except ValueError as e:  # pyiceberg reads no equality deletes (position deletes: ``_without_deleted_rows``)
         raise WatermarkError(f"{MOR_REFUSED}: {e}") from e
-    tasks = sorted(planned, key=lambda t: t.file.file_path)
-    for t in tasks:
-        if t.delete_files:  # positions would not name rows (pyiceberg plans none for append scans)
-            raise WatermarkError(f"{MOR_REFUSED} ({t.file.file_path}, a data file of the range, has some)")
+    tasks, deleted = _without_deleted_rows(sorted(planned, key=lambda t: t.file.file_path), table.io)
     schema = _named(scan.projection(), renamed)
     content = tuple(columns) if columns else tuple(f.name for f in schema.fields)
     rewrites = (span.rewrites or span.past_sequence is not None) and not span.whole  # a first run matches nothing
-    return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, rewrites)
+    return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, rewrites, deleted)
+
+
+def _without_deleted_rows(tasks: list[FileScanTask], io: Any) -> tuple[list[FileScanTask], DoneRows]:
+    """Merge-on-read position deletes taken out of the plan: each file is read whole, so that positions keep
+    naming rows, and the positions its delete files name are skipped as done rows are (``PlannedRange.deleted``)."""
+    from pyiceberg.io.pyarrow import _read_deletes
+    from pyiceberg.table import FileScanTask
+
+    deleted = DoneRows()
+    out = []
+    for t in tasks:
+        if not t.delete_files:
+            out.append(t)
+            continue
+        path = t.file.file_path
+        for delete_file in t.delete_files:
+            positions = _read_deletes(io, delete_file).get(path)
+            if positions is not None and len(positions):
+                deleted.add([path] * len(positions), positions.to_pylist())
+        out.append(FileScanTask(t.file, residual=t.residual))
+    return out, deleted
 
 
 def _range_manifests(table: Table, span: RangeSnapshots, end: Snapshot) -> tuple[Callable[[Any], bool], list[Any]]:
@@ -284,8 +303,9 @@ def iter_batches(
 
 
 def read_rows(planned: PlannedRange, done: DoneRows) -> Iterable[pa.Table]:
-    """The planned files' rows not done, in this process."""
-    return _read_files(planned.tasks, planned.metadata, planned.io, planned.schema, done, planned.content)
+    """The planned files' rows not done (nor deleted), in this process."""
+    skip = done.union(planned.deleted) if len(planned.deleted) else done
+    return _read_files(planned.tasks, planned.metadata, planned.io, planned.schema, skip, planned.content)
 
 
 READ_CONCURRENCY = 2
@@ -307,7 +327,7 @@ def read_dataset(
     GPU's generation by orders of magnitude, and each extra reader is another Ray worker process starting
     (importing pyarrow and pyiceberg) while the engine starts.
     """
-    source = IncrementalIcebergDatasource(planned, done, fp)
+    source = IncrementalIcebergDatasource(planned, done.union(planned.deleted) if len(planned.deleted) else done, fp)
     # never more than there are read tasks: Ray warns about a limit the read cannot reach
     tasks = source.file_count if parallelism < 1 else min(parallelism, source.file_count)
     readers = max(1, min(concurrency, tasks))

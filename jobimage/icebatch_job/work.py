@@ -44,11 +44,12 @@ def plan_work(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Tabl
     get a result row: the unchanged ones do not)."""
     planned = plan_range(source, plan, (task.id_column, *task.input_columns))
     progress = load_progress(ledger, plan, task)
+    skip = progress.done.union(planned.deleted) if len(planned.deleted) else progress.done
     if not planned.rewrites:
-        return plan, Work(planned, progress, progress.done, planned.rows)
-    found = unchanged(read_rows(planned, progress.done), task.id_column, progress.done, ledger.results(), task.version)
+        return plan, Work(planned, progress, skip, planned.rows)
+    found = unchanged(read_rows(planned, skip), task.id_column, skip, ledger.results(), task.version)
     rows = planned.rows - found.count
-    work = Work(planned, progress, progress.done.union(found.rows), rows, found.count)
+    work = Work(planned, progress, skip.union(found.rows), rows, found.count)
     return replace(plan, expected_rows=rows), work
 
 

@@ -1,8 +1,8 @@
 """Exactly once through random lifecycles: table operations interleaved with runs, kills and resumes.
 
-A Hypothesis ``RuleBasedStateMachine`` appends, deletes, overwrites with the same rows, upserts changed
-rows, truncates and expires the source's history (pyiceberg writes them as the writers it stands for do:
-copy-on-write),
+A Hypothesis ``RuleBasedStateMachine`` appends, deletes (copy-on-write as pyiceberg writes them, and
+merge-on-read position deletes as Spark writes them), overwrites with the same rows, upserts changed rows,
+truncates and expires the source's history,
 and runs the consumer the way the job does (``tests.support.runs``: its planning, reading, chunked commits,
 content identity; a rule-based labeller stands in for the model, which is not what this is about), killed
 after a chosen number of rows or to the end. After each drained run it checks, with an independent count
@@ -40,6 +40,7 @@ from icebatch_job.tickets import append_tickets, ensure_source_table, generate_t
 from pyiceberg.expressions import AlwaysTrue, In
 
 from tests.support.consumers import triage
+from tests.support.crafted_history import add_position_deletes, positions_of
 from tests.support.runs import Crash, dies_after, expire_all_but_current, run_once
 
 pytestmark = pytest.mark.functional
@@ -86,6 +87,12 @@ class Lifecycle(RuleBasedStateMachine):
         ids = sorted(self._live())
         gone = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3, unique=True))
         self.ledger.source().delete(In("ticket_id", gone))
+
+    @precondition(_has_rows)
+    @rule(data=st.data())
+    def delete_merge_on_read(self, data: st.DataObject) -> None:
+        gone = data.draw(st.lists(st.sampled_from(sorted(self._live())), min_size=1, max_size=2, unique=True))
+        add_position_deletes(self.ledger.source(), positions_of(self.ledger.source(), gone))
 
     @precondition(_has_rows)
     @rule()

@@ -485,6 +485,29 @@ def test_an_upsert_relabels_the_changed_rows_and_supersedes_their_verdicts(setti
     assert _summary(ledger)["icebatch.verdicts-removed-superseded"] == "2"
 
 
+def test_merge_on_read_position_deletes_are_followed(settings: Settings) -> None:
+    from tests.support.crafted_history import add_position_deletes, positions_of
+
+    # given a consumer that labelled 10 rows, then 5 new rows, and a merge-on-read delete (a position delete file,
+    # as Spark writes one) of one labelled row and one new row
+    ledger = _ledger(settings)
+    _append(ledger, 10, seed=1)
+    run_once(ledger)
+    labelled = set(ledger_ids(ledger))
+    _append(ledger, 5, seed=2)
+    new = sorted(set(source_ids(ledger)) - labelled)
+    erased = [sorted(labelled)[0], new[0]]
+    add_position_deletes(ledger.source(), positions_of(ledger.source(), erased))
+    assert set(erased).isdisjoint(source_ids(ledger))  # pyiceberg's own scan applies the delete file
+    # when the next run goes
+    run = run_once(ledger)
+    # then the new row deleted before its run never went to the model, the other four did, and the labelled
+    # row's verdict is removed
+    assert run is not None and run.stats.rows == 4
+    assert set(erased).isdisjoint(ledger_ids(ledger))
+    _every_live_row_once(ledger)
+
+
 def test_a_run_over_deletes_killed_part_way_resumes_without_loss_or_repeat(settings: Settings) -> None:
     from pyiceberg.expressions import In
 

@@ -94,3 +94,83 @@ def _manifest_list(table: Table, manifests: list, snapshot_id: int, parent: int 
     ) as writer:
         writer.add_manifests(manifests)
     return path
+
+
+def add_position_deletes(table: Table, deletes: dict[str, list[int]]) -> int:
+    """Commit a merge-on-read ``delete`` as Spark leaves one (``write.delete.mode=merge-on-read``): one position
+    delete file (``file_path``, ``pos``) naming rows of live data files, in a delete manifest of its own; the data
+    files stay. pyiceberg writes no delete files, so the file, its manifest and the snapshot are written here
+    (the snapshot through pyiceberg's own producer). Returns the snapshot id."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestWriterV2,
+    )
+    from pyiceberg.typedef import Record
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    rows = pa.table(
+        {
+            "file_path": pa.array([p for p, ps in deletes.items() for _ in ps], pa.string()),
+            "pos": pa.array([x for ps in deletes.values() for x in sorted(ps)], pa.int64()),
+        },
+        schema=pa.schema(
+            [
+                pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": "2147483546"}),
+                pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": "2147483545"}),
+            ]
+        ),
+    )
+    path = f"{table.location()}/data/{uuid.uuid4()}-deletes.parquet"
+    with table.io.new_output(path).create() as out:
+        pq.write_table(rows, out)
+    delete_file = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=rows.num_rows,
+        file_size_in_bytes=len(table.io.new_input(path).open().read()),
+    )
+    delete_file.spec_id = table.spec().spec_id
+    with table.transaction() as txn, txn.update_snapshot().fast_append() as producer:
+        producer._operation = Operation.DELETE
+
+        def with_the_delete_manifest(manifests: list) -> list:  # type: ignore[type-arg]
+            writer = DeleteManifestWriter(table.spec(), table.schema(), producer.new_manifest_output(),
+                                          producer._snapshot_id, "deflate")  # fmt: skip
+            with writer:
+                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=producer._snapshot_id,
+                                                   data_file=delete_file))  # fmt: skip
+            return [*manifests, writer.to_manifest_file()]
+
+        producer._process_manifests = with_the_delete_manifest  # type: ignore[method-assign]
+    return table.refresh().metadata.current_snapshot_id  # type: ignore[return-value]
+
+
+def positions_of(table: Table, ids: list[str], id_column: str = "ticket_id") -> dict[str, list[int]]:
+    """Where rows live: {data file: positions} of the rows with these ids in the current snapshot (files read
+    whole, deleted rows included, as a delete file names them)."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, list[int]] = {}
+    for task in table.scan().plan_files():
+        with table.io.new_input(task.file.file_path).open() as f:
+            values = pq.read_table(f, columns=[id_column]).column(0).to_pylist()
+        for pos, value in enumerate(values):
+            if value in ids:
+                out.setdefault(task.file.file_path, []).append(pos)
+    return out

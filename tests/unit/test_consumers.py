@@ -59,6 +59,7 @@ def test_a_job_reads_its_one_consumer_from_the_launcher_not_from_a_file(tmp_path
         ("consumers: [{name: a, task: tasks/triage.json}, {name: a, task: tasks/triage.json}]", "share the name 'a'"),
         ("consumers: [{name: a, task: tasks/triage.json, results_table: support.tickets}]", "cannot be the source"),
         ("consumers: [{name: a, task: tasks/triage.json, budget: {max_usd_per_run: -1}}]", "greater than 0"),
+        ("consumers: [{name: a, task: tasks/triage.json, row_noun: 'Tickets!'}]", "entry 1: row_noun: .*pattern"),
         ("consumers: {", r"is not YAML: expected .* \(line 1, column 13\)$"),
         # a key given twice is ambiguous (PyYAML keeps the last one): the threshold would silently be 1000
         (

@@ -74,10 +74,20 @@ def test_report_has_the_seed_blocks_and_honest_cost() -> None:
     text = completed_text(_completed())
     for block in ("INCREMENTAL STATE", "BATCH SUMMARY", "TOKENOMICS"):
         assert block in text
-    assert "new tickets           : 2200" in text
+    assert "new rows              : 2200" in text  # an event that names no noun: "rows" (older events too)
     assert "GPU lifetime" in text and "idle tail 90.0 s" in text
     assert "60.0 s (first result after 20.0 s)" in text  # an event from before start-up was measured
-    assert subject(_completed()) == "icebatch triage: 2,200 tickets, $0.0537 (10 not ok)"
+    assert subject(_completed()) == "icebatch triage: 2,200 rows, $0.0537 (10 not ok)"
+
+
+def test_the_report_and_subject_use_the_consumers_word_for_a_row() -> None:
+    # given a run of a consumer whose rows are tickets
+    event = _completed(row_noun="tickets")
+    # then the report and the SNS subject say tickets, and nothing else does
+    assert "new tickets           : 2200" in completed_text(event)
+    assert subject(event) == "icebatch triage: 2,200 tickets, $0.0537 (10 not ok)"
+    assert "ticket" not in completed_text(_completed(source_table="shop.reviews", results_table="shop.r_results",
+                                                     results_location="shop.r_results@42"))  # fmt: skip
 
 
 def test_generation_rate_counts_every_token_from_the_first_one() -> None:

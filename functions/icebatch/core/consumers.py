@@ -50,6 +50,8 @@ Threshold = Annotated[int, Field(ge=1, le=10**12)]
 Staleness = Annotated[int, Field(ge=0, le=366 * 86400)]
 Gpus = Annotated[int, Field(ge=1, le=64)]
 ModelName = Annotated[str, Field(min_length=1, max_length=1024)]
+# what a row of the source is called in reports, SNS subjects and the CLI ("tickets", "reviews")
+RowNoun = Annotated[str, Field(pattern=r"^[a-z][a-z -]{0,22}[a-z]$")]
 
 
 def _consumer_name(value: str) -> str:
@@ -74,6 +76,7 @@ class _Entry(BaseModel):
     max_gpus: Gpus = 4
     model: ModelName | None = None
     budget: Budget | None = None
+    row_noun: RowNoun = Field(default="rows", description='What a source row is called in reports ("tickets").')
 
     @field_validator("name")
     @classmethod
@@ -95,6 +98,7 @@ class Consumer(BaseModel):
     max_gpus: Gpus = 4
     model: ModelName | None = None
     budget: Budget | None = None
+    row_noun: RowNoun = Field(default="rows", description='What a source row is called in reports ("tickets").')
 
     @field_validator("name")
     @classmethod
@@ -199,6 +203,7 @@ def _resolve(path: Path, index: int, raw: Any, settings: Settings) -> Consumer:
             max_gpus=entry.max_gpus,
             model=entry.model,
             budget=entry.budget,
+            row_noun=entry.row_noun,
         )
     except ValidationError as e:
         raise ConfigError(f"{where}: {_first(e)}") from e

@@ -86,6 +86,9 @@ class BatchJobCompleted(_Detail):
     results_table: TableName
     range: SnapshotRange
     rows: int = Field(ge=0)
+    row_noun: Annotated[str, Field(pattern=r"^[a-z][a-z -]{0,22}[a-z]$")] = Field(
+        default="rows", description='What the consumer calls a source row in reports ("tickets"; "rows" by default)'
+    )
     rows_ok: int = Field(ge=0)
     rows_error: int = Field(ge=0, description="invalid_output + inference_error rows (kept, not dropped)")
     rows_by_status: dict[Annotated[str, Field(max_length=32)], Annotated[int, Field(ge=0)]]
@@ -201,6 +204,7 @@ def completed_event(
     ledger_snapshot_id: int,
     finished_at: datetime,
     chunks: int = 1,
+    row_noun: str = "rows",
 ) -> BatchJobCompleted:
     """The one way a "Batch Job Completed" is made: by the job at its commit, and rebuilt from the ledger."""
     started = datetime.fromisoformat(totals.started_at) if totals.started_at else finished_at
@@ -214,6 +218,7 @@ def completed_event(
         results_table=plan.results_table,
         range=SnapshotRange(from_exclusive=plan.from_snapshot_exclusive, to_inclusive=plan.to_snapshot_inclusive),
         rows=totals.rows,
+        row_noun=row_noun,
         rows_ok=totals.rows_ok,
         rows_error=totals.rows_error,
         rows_by_status=rows_by_status,

@@ -53,6 +53,7 @@ def incremental_state(
     to_snapshot: int | None,
     new_rows: int,
     snapshots: int | None = None,
+    noun: str = "rows",
 ) -> str:
     lines = [
         _rule("INCREMENTAL STATE"),
@@ -63,7 +64,7 @@ def incremental_state(
     ]
     if snapshots is not None:
         lines.append(_line("snapshots", snapshots))
-    lines.append(_line("new tickets", new_rows))
+    lines.append(_line(f"new {noun}", new_rows))
     return "\n".join(lines)
 
 
@@ -133,6 +134,7 @@ def completed_text(e: BatchJobCompleted, *, include_state: bool = True) -> str:
         from_snapshot=e.range.from_exclusive,
         to_snapshot=e.range.to_inclusive,
         new_rows=e.rows,
+        noun=e.row_noun,
     )
     return "\n".join([state, batch_summary(e), tokenomics(e)])
 
@@ -183,7 +185,7 @@ def failed_text(e: BatchJobFailed) -> str:
 def subject(e: BatchJobCompleted | BatchJobFailed) -> str:
     """A readable one-liner (SNS subjects are at most 100 characters)."""
     if isinstance(e, BatchJobCompleted):
-        text = f"icebatch {e.consumer}: {e.rows:,} tickets, {_money(e.cost.lifetime_cost)}"
+        text = f"icebatch {e.consumer}: {e.rows:,} {e.row_noun}, {_money(e.cost.lifetime_cost)}"
         if e.rows_error:
             text += f" ({e.rows_error:,} not ok)"
     else:

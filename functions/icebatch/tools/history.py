@@ -73,6 +73,7 @@ def _rebuild(settings: Settings, consumer: Consumer, ledger: ResultsLedger, reco
         ledger_snapshot_id=record.ledger_snapshot_id,
         finished_at=datetime.fromtimestamp(record.committed_at_ms / 1000, tz=UTC),
         chunks=int(record.number(Key.CHUNK, 1)),
+        row_noun=consumer.row_noun,
     )
 
 
