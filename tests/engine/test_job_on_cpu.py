@@ -71,7 +71,7 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(own_settings: Sett
     report = "\n".join(printed)
     assert "INCREMENTAL STATE" in report and "BATCH SUMMARY" in report and "TOKENOMICS" in report
 
-    # when it runs again with nothing new: "new tickets : 0" and no engine (vllm/ray are not even imported)
+    # when it runs again with nothing new: "new rows : 0" (no noun named) and no engine (vllm/ray not even imported)
     code = (  # the RayJob's entrypoint, python -m icebatch_job run
         "import sys; from icebatch_job.cli import main; rc = main(['run']); "
         "assert 'vllm' not in sys.modules and 'ray' not in sys.modules, 'engine started'; sys.exit(rc)"
@@ -85,7 +85,7 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(own_settings: Sett
     }
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "new tickets           : 0" in done.stdout
+    assert "new rows              : 0" in done.stdout
 
 
 def test_unparseable_answers_are_kept_with_status_and_raw_text(own_settings: Settings, tmp_path: Path) -> None:
