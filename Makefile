@@ -32,13 +32,14 @@ export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 # the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
 export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help env demo test test-fast test-fault test-reliability reliability test-engine test-aws test-lifecycle-soak lint sam-venv sam-check format bench bench-gpu lock clean
+.PHONY: help env demo test test-fast test-fault test-reliability reliability test-engine test-aws test-hygiene test-lifecycle-soak lint sam-venv sam-check format bench bench-gpu lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
 	@echo "make test   - lint, type-check and run the test suite (all tiers)"
 	@echo "make test-aws - the production path against AWS APIs (moto) as template.yaml deploys it"
 	@echo "make test-fault - the real job killed (SIGKILL, SIGTERM) at chosen points, resumed after each"
+	@echo "make test-hygiene - the real job ended every way (signals, its group, its terminal); nothing may outlive it"
 	@echo "make test-reliability - the concurrency tests alone, then 20 times in a shuffled order"
 	@echo "make test-lifecycle-soak - random table lifecycles with runs, kills and resumes (LIFECYCLE_EXAMPLES=2000)"
 	@echo "make bench  - run the benchmarks (results in bench/results/)"
@@ -94,13 +95,13 @@ sam-check: $(SAM_VENV)/.installed
 # Tiers: fast (unit, contract, functional), fault (the real job killed at chosen points, behind one small
 # vLLM server), engine + e2e (real vLLM on CPU), aws (the production path on moto, with the engine too),
 # reliability (the tests that race threads, alone and 20 times shuffled). Each runs in its own process: a
-# native crash in one cannot take the others down. Fault, the longest tier, runs beside fast, aws and
-# reliability in turn (together about as long); then engine + e2e alone (its engines and fault's vLLM server
-# would share the cores). A background tier's log is printed when its foreground ends. (Three tiers at once
+# native crash in one cannot take the others down. Fault, then hygiene (the real job ended every way), run
+# beside fast, aws and reliability in turn (together about as long; hygiene's engines meet only reliability's
+# threads); then engine + e2e alone (its engines and fault's vLLM server would share the cores). A background tier's log is printed when its foreground ends. (Three tiers at once
 # on two cores starved Ray's start-up past its timeout.) The tests transform template.yaml with SAM's own
 # translator, from SAM CLI's virtualenv.
 export SAM_PYTHON := $(SAM_VENV)/bin/python
-FAST := not engine and not e2e and not aws and not fault
+FAST := not engine and not e2e and not aws and not fault and not hygiene
 LOGS := $(ICEBATCH_HOME)/test-logs
 # $(call beside,<background command>,<name>,<foreground command>): both run; fails if either failed
 beside = mkdir -p $(LOGS); echo "== $(2) started in the background (log: $(LOGS)/$(2).log)"; \
@@ -108,12 +109,15 @@ beside = mkdir -p $(LOGS); echo "== $(2) started in the background (log: $(LOGS)
 	fg=0; $(3) || fg=$$?; rc=0; wait $$bg || rc=$$?; \
 	echo "== $(2) (exit $$rc)"; cat $(LOGS)/$(2).log; [ $$fg -eq 0 ] && [ $$rc -eq 0 ]
 
+# fault, then hygiene (its engines start when fault's server has stopped); both run whatever the other gives
+FAULT_THEN_HYGIENE = ( rc=0; $(PY) -m pytest -m fault $(PYTEST_ARGS) || rc=1; $(PY) -m pytest -m hygiene $(PYTEST_ARGS) || rc=1; \
+	exit $$rc )
 # fast, then aws, then reliability (each in its own process; each runs whatever the others give)
 BESIDE_FAULT = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
 	$(PY) -m pytest -m aws $(PYTEST_ARGS) || rc=1; $(MAKE) --no-print-directory reliability || rc=1; exit $$rc )
 
 test: lint sam-check
-	@$(call beside,$(PY) -m pytest -m fault $(PYTEST_ARGS),fault,$(BESIDE_FAULT))
+	@$(call beside,$(FAULT_THEN_HYGIENE),fault+hygiene,$(BESIDE_FAULT))
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
 
 test-fast: env $(SAM_VENV)/.installed
@@ -138,6 +142,10 @@ test-lifecycle-soak: env
 
 test-engine: env
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
+
+# HYGIENE_REPEAT=N runs each way of ending the job N times.
+test-hygiene: env
+	$(PY) -m pytest -m hygiene $(PYTEST_ARGS)
 
 test-aws: env $(SAM_VENV)/.installed
 	$(PY) -m pytest -m aws $(PYTEST_ARGS)

@@ -82,9 +82,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch_job.interrupts import Interrupts
     from icebatch_job.job import JobRequest, run_job
-    from icebatch_job.reaper import start_reaper
-
-    start_reaper()  # before Ray starts: whatever it starts dies with this process, however it dies
 
     interrupts = Interrupts(settings.progress.drain_seconds)
     interrupts.install()

@@ -4,6 +4,8 @@ It imports vLLM's engine core once, so that every process forked from the server
 the engine core fork its model worker (vLLM's default in a process that is not a Ray worker; vLLM's CPU
 platform asks for spawn) unless CUDA is initialized in it, where vLLM's own choice stands. The forked worker
 is bound to the CPUs and OpenMP threads vLLM sets for it, as a spawned one is (``BoundForkProcess``).
+
+The fork server dies with the process that started it (the engine's actor): ``icebatch_job.lineage``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import vllm.v1.executor.multiproc_executor as multiproc_executor
 from vllm.utils.platform_utils import cuda_is_initialized
 from vllm.utils.system_utils import get_mp_context as vllm_mp_context
 
-from icebatch_job.engine_processes import BoundForkContext
+from icebatch_job.engine_processes import BoundForkContext, unlink_shared_memory_once_attached
+from icebatch_job.lineage import die_with_parent
+
+die_with_parent()  # the fork server: killed by the kernel when the engine's actor ends, however it ends
 
 
 def worker_mp_context() -> BaseContext:
@@ -27,3 +32,4 @@ def worker_mp_context() -> BaseContext:
 
 
 multiproc_executor.get_mp_context = worker_mp_context
+unlink_shared_memory_once_attached()  # for the engine core and the model worker, both forked from here

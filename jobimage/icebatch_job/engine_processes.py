@@ -31,6 +31,7 @@ from multiprocessing.context import ForkContext, ForkProcess, ForkServerContext,
 from typing import Any
 
 from icebatch_job.engine_outputs import finished_rows
+from icebatch_job.lineage import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class EnvironmentCarryingProcess(ForkServerProcess):
         super().start()
 
     def run(self) -> None:
+        die_with_parent(owner=self._parent_pid)  # type: ignore[attr-defined]  # the fork server's death is its own
         _ready_for_process_titles()
         os.environ.clear()
         os.environ.update(self._parent_environment)
@@ -103,6 +105,7 @@ class BoundForkProcess(ForkProcess):
     """
 
     def run(self) -> None:
+        die_with_parent(owner=self._parent_pid)  # type: ignore[attr-defined]  # its engine core's death is its own
         cpus, threads = omp_binding(os.environ)
         usable = (cpus or set()) & os.sched_getaffinity(0)
         if usable:
@@ -119,6 +122,34 @@ class BoundForkContext(ForkContext):
     """``multiprocessing``'s fork context, whose processes are bound as the environment asks (``BoundForkProcess``)."""
 
     Process = BoundForkProcess
+
+
+def unlink_shared_memory_once_attached() -> None:
+    """vLLM's message queues leave no file in /dev/shm, however their processes end.
+
+    The engine core and its model worker talk through shared-memory ring buffers (a pair per engine, 160 and
+    240 MB of address space), each created by its writer and opened by name by its readers; the writer unlinks
+    the name when its queue is collected. A process killed (SIGKILL, a kill of its parent: every way a job
+    ends but a clean engine shutdown, including Ray's end of the stage's actor) never collects it, and each
+    run left its pair in /dev/shm. Here the writer unlinks the name as soon as every reader has opened it
+    (``wait_until_ready``: a reader subscribes only after opening the buffer), as a file is unlinked once
+    opened: the memory stays mapped while a process uses it and the kernel frees it after the last one.
+    """
+    from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
+
+    original = MessageQueue.wait_until_ready
+    if getattr(original, "unlinks_once_attached", False):
+        return
+
+    def wait_until_ready(self: Any) -> None:
+        original(self)
+        buffer = getattr(self, "buffer", None)
+        if getattr(self, "_is_writer", False) and buffer is not None and getattr(buffer, "is_creator", False):
+            buffer.shared_memory.unlink()  # the name (and the resource tracker's record); the memory stays
+            buffer.is_creator = False  # its collection closes its mapping only
+
+    wait_until_ready.unlinks_once_attached = True  # type: ignore[attr-defined]
+    MessageQueue.wait_until_ready = wait_until_ready  # type: ignore[method-assign]
 
 
 def uses_fork_server(engine_kwargs: dict[str, Any], process_start: str) -> bool:

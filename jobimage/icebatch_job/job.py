@@ -329,8 +329,10 @@ def start(run: JobRun) -> BuiltPipeline:
     with driver_imports(usage_stats=usage_stats_on(env)) if engine.engine_mode == "engine" else nullcontext():
         init_ray(s, env)
         if run.interrupts is not None:
-            run.interrupts.install()  # again: ray.init sets its own SIGTERM handler
+            run.interrupts.install()  # again: ray.init sets its own SIGTERM handler (sys.exit)
         built = _build(run, every)
+        if run.interrupts is not None:
+            run.interrupts.install()  # and again: Ray Data LLM's processor build calls ray.init once more
     run.model = built.model_name
     return built
 

@@ -1,17 +1,18 @@
-"""Nothing the job starts outlives it: a watchdog process that kills the job's descendants when it dies.
+"""The one watcher: for the processes that follow their parent by looking, not by the kernel.
 
-The job starts a Ray instance of its own (GCS, raylet, dashboard and runtime-env agents, workers, vLLM's
-engine core). Killed without notice (SIGKILL, an OOM kill), the job runs no clean-up, and those
-processes are re-parented to PID 1, where some linger for minutes holding ports and memory. In a pod
-that does not matter (the container goes), on a laptop or a CI machine it does.
+Everything the job starts of its own ends by the kernel's guarantees (``icebatch_job.lineage``). Ray's
+agents (the dashboard agent and the runtime-env agent, started by the raylet) do not ask the kernel: they
+look for their raylet every 0.4 s and, when it was killed rather than stopped, first spend up to 60 s
+trying to tell a GCS that died with it. Killed without notice (SIGKILL, an OOM kill, a closed terminal),
+the job would leave them running for a minute.
 
-``start_reaper()`` forks a small watchdog before anything else starts. While the job lives, the
-watchdog keeps the set of the job's descendants up to date from ``/proc`` (parent links, once a second);
-when the job ends, however it ends (the watchdog sees its end of a pipe close, at once), it sends SIGKILL to
-every process it last saw descending from the job, and to their descendants, and exits. A job that shuts
-down cleanly has nothing left for it to kill. The watchdog holds none of the job's standard streams: a
-reader of the job's output (a pipe, a pod's log) sees its end when the job ends. Linux only (elsewhere it
-does nothing).
+``start_reaper()`` forks a small watchdog before Ray starts, in a session of its own (a signal to the job's
+process group, a terminal's SIGHUP, does not reach it). While the job lives, the watchdog keeps the set of
+the job's descendants up to date from ``/proc`` (parent links, once a second); when the job ends, however
+it ends (the watchdog sees its end of a pipe close, at once), it sends SIGKILL to every process it last saw
+descending from the job that is still the same process (its start time), and to their descendants, and
+exits. A job that shut down cleanly has nothing left for it to kill. It holds none of the job's standard
+streams: a reader of the job's output (a pipe, a pod's log) sees its end when the job ends. Linux only.
 """
 
 from __future__ import annotations
@@ -22,62 +23,33 @@ import signal
 import sys
 from pathlib import Path
 
+from icebatch_job.lineage import descendants, end_processes, process_table
+
 POLL_SECONDS = 1.0
-
-
-def _parents() -> dict[int, int]:
-    """pid -> parent pid, for every process visible in /proc."""
-    out: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        out[int(entry.name)] = int(fields[1])
-    return out
-
-
-def descendants(root: int, parents: dict[int, int] | None = None) -> set[int]:
-    """Every process whose chain of parents leads to ``root``."""
-    parents = _parents() if parents is None else parents
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    found: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def _watch(job: int, ended: int, me: int, poll_seconds: float) -> None:
     """The watchdog's life: follow the job's tree until the pipe closes, then kill what is left of it."""
-    known: set[int] = set()
+    known: dict[int, int] = {}  # pid -> start time (a pid reused by another process is not the job's)
     while True:
-        known |= descendants(job) - {me}
+        table = process_table()
+        parents = {pid: ppid for pid, (ppid, _) in table.items()}
+        for pid in descendants(job, parents) - {me}:
+            known.setdefault(pid, table[pid][1])
         readable, _, _ = select.select([ended], [], [], poll_seconds)
         if readable and os.read(ended, 1) == b"":
             break  # every write end is closed: the job has ended
-    parents = _parents()
-    left = set()
-    for pid in known:  # orphans now hang from PID 1: what they started hangs from them
-        if pid in parents:
+    table = process_table()
+    parents = {pid: ppid for pid, (ppid, _) in table.items()}
+    left: set[int] = set()
+    for pid, started in known.items():  # orphans now hang from PID 1: what they started hangs from them
+        if pid in table and table[pid][1] == started:
             left |= {pid} | descendants(pid, parents)
-    for pid in left - {me}:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    end_processes(left - {me})  # resource trackers last: they unlink the shared memory the others left
 
 
 def start_reaper(poll_seconds: float = POLL_SECONDS) -> int | None:
-    """Fork the watchdog (once per process); its pid, or None where there is no /proc.
+    """Fork the watchdog; its pid, or None where there is no /proc.
 
     ``poll_seconds``: how often it looks for the job's new descendants (its end it sees at once).
     """
@@ -89,7 +61,8 @@ def start_reaper(poll_seconds: float = POLL_SECONDS) -> int | None:
     if pid == 0:  # the watchdog: no Python clean-up of the job's state may run here
         try:
             os.close(alive)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the job's group is the job's
+            os.setsid()  # out of the job's process group and terminal: their end is what it waits for
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             quiet = os.open(os.devnull, os.O_RDWR)
             for stream in (0, 1, 2):  # the job's reader sees its end when the job ends, not when this one does

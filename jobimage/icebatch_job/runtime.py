@@ -21,7 +21,9 @@ from typing import Any, NoReturn
 
 from icebatch.core.settings import Settings
 
+from icebatch_job.lineage import adopt_orphans, end_descendants
 from icebatch_job.model import is_remote_model
+from icebatch_job.reaper import start_reaper
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,7 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
         kwargs["address"] = address
         kwargs["runtime_env"] = {"env_vars": env}
     else:
+        own_the_tree()
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, loopback-only cluster
         kwargs.update(
             address="local",  # a new instance: never attach to some other cluster found in /tmp/ray
@@ -131,6 +134,32 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
+_owning: list[bool] = []
+
+
+def own_the_tree() -> None:
+    """Before this process starts a Ray instance: every process of its tree ends with it (once per process).
+
+    Orphans of the tree are handed to this process (a child subreaper) and, at exit, once Ray is shut
+    down, whatever is left is killed (``icebatch_job.lineage``); a watchdog in a session of its own ends
+    what is left if this process is killed without notice (``icebatch_job.reaper``: Ray's agents).
+    """
+    if _owning:
+        return
+    _owning.append(adopt_orphans())
+    start_reaper()
+    atexit.register(_end_the_tree)
+
+
+def _end_the_tree() -> None:
+    """At exit: Ray shut down as Ray's own exit handler would (it may come later: it was registered when Ray
+    was imported), then what is left of the tree ended."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+    end_descendants()
+
+
 def end_process(status: int) -> NoReturn:
     """End the job's process with ``status`` as an ordinary exit does, less the teardown of its objects.
 
@@ -139,8 +168,9 @@ def end_process(status: int) -> NoReturn:
     Ray's exit handler sleeps 0.5 s for workers' logs (which the job does not forward), and the interpreter
     then tears down every module of a heap holding pyarrow, pyiceberg, Ray and Ray Data (~2 s of garbage
     collection on 2 cores). Here Ray is shut down first; then, as at any exit and in its order, the threads
-    that are not daemons are waited for and every exit handler runs (logging's, ...), and the standard
-    streams are flushed; only the objects' teardown is skipped.
+    that are not daemons are waited for and every exit handler runs (logging's, the end of what is left of
+    the job's processes: ``own_the_tree``, ...), and the standard streams are flushed; only the objects'
+    teardown is skipped.
 
         if __name__ == "__main__":
             end_process(main())

@@ -1,13 +1,16 @@
 """The job's process ends when its work does.
 
 A reader of the job's output (a pipe, a RayJob's pod, the GPU node under it) waits for the process and its
-streams to end. These tests drive the job's entry point pieces as the process uses them: the end of the
-process (``icebatch_job.runtime.end_process``) and its watchdog (``icebatch_job.reaper``).
+streams to end, and nothing the job started may outlive it. These tests drive the job's entry point pieces
+as the process uses them: the end of the process (``icebatch_job.runtime.end_process``), the kernel's
+guarantees it asks for (``icebatch_job.lineage``) and its watchdog (``icebatch_job.reaper``). The real job
+ended every way, with its engine, is tests/hygiene.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +68,7 @@ WATCHED = """
 import os, subprocess, sys, time
 from icebatch_job.reaper import start_reaper
 
-child = subprocess.Popen(["sleep", "300"])
+child = subprocess.Popen(["sleep", "300"], start_new_session=True)  # in a group of its own, as vLLM's are
 watchdog = start_reaper(poll_seconds=3600)  # it looks for the job's descendants now, then not for an hour
 time.sleep(2)  # its first look
 print(watchdog, child.pid, flush=True)
@@ -76,7 +79,7 @@ sys.stdin.readline()
 def _watched() -> tuple[subprocess.Popen[str], psutil.Process, psutil.Process]:
     proc = subprocess.Popen(
         [sys.executable, "-c", WATCHED], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": CODE},
+        env={**os.environ, "PYTHONPATH": CODE}, start_new_session=True,
     )  # fmt: skip
     assert proc.stdout is not None
     watchdog, child = (psutil.Process(int(pid)) for pid in proc.stdout.readline().split())
@@ -109,3 +112,77 @@ def test_the_watchdog_kills_what_is_left_when_the_job_ends_not_at_its_next_look(
     for p in alive:
         p.kill()
     assert alive == []
+
+
+def test_the_watchdog_outlives_a_kill_of_the_jobs_whole_process_group() -> None:
+    # given a job (in a process group of its own) whose watchdog has seen its child, which is in another group
+    proc, watchdog, child = _watched()
+    assert os.getsid(watchdog.pid) not in (os.getsid(proc.pid), os.getsid(0))  # a session of its own
+    # when the job's whole process group is killed without notice (a CI timeout, a supervisor, `kill -9 -PGID`)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    # then the watchdog, not in that group, kills the child the job left, and exits
+    _, alive = psutil.wait_procs([child, watchdog], timeout=30)
+    for p in alive:
+        p.kill()
+    assert alive == []
+
+
+PARENT_OF_A_DYING_CHILD = """
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", (
+    "import os, sys, time; from icebatch_job.lineage import die_with_parent; "
+    "assert die_with_parent(); print(os.getpid(), flush=True); time.sleep(300)"
+)], start_new_session=True)  # not in the parent's group: a signal to the group does not reach it
+print(child.pid, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_process_that_asked_dies_when_its_parent_is_killed() -> None:
+    # given a process whose child asked the kernel to die with it (as the engine's processes do)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PARENT_OF_A_DYING_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": CODE},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    child = psutil.Process(int(proc.stdout.readline()))
+    assert proc.stdout.readline().strip() == str(child.pid)  # it has asked
+    # when the parent is killed without notice (nothing of it runs)
+    proc.kill()
+    proc.wait(30)
+    # then the kernel kills the child at once
+    _, alive = psutil.wait_procs([child], timeout=10)
+    for p in alive:
+        p.kill()
+    assert alive == []
+
+
+SUBREAPER = """
+import os, subprocess, sys, time
+from icebatch_job.lineage import adopt_orphans, end_descendants
+assert adopt_orphans()
+# a child that starts a grandchild in a session of its own, then exits: the grandchild is an orphan
+middle = subprocess.Popen([sys.executable, "-c",
+    "import subprocess; p = subprocess.Popen(['sleep', '300'], start_new_session=True); print(p.pid)"],
+    stdout=subprocess.PIPE, text=True)
+orphan = int(middle.stdout.readline())
+middle.wait()
+time.sleep(0.5)
+parent = int(open(f"/proc/{orphan}/stat").read().rsplit(")", 1)[1].split()[1])
+print(orphan, parent, os.getpid(), flush=True)
+print(" ".join(end_descendants()), flush=True)
+print(os.path.exists(f"/proc/{orphan}"), flush=True)
+"""
+
+
+def test_the_jobs_orphans_are_handed_to_it_and_ended_with_it() -> None:
+    # given a job process that adopts its tree's orphans, and a grandchild whose parent has exited
+    out, err = _python(SUBREAPER).communicate(timeout=60)
+    lines = out.splitlines()
+    orphan, parent, job = (int(v) for v in lines[0].split())
+    # then the orphan was handed to the job, not to PID 1 ...
+    assert parent == job, (lines, err)
+    # ... and at the job's end it is killed and reaped: no process, not even a zombie, is left of it
+    assert lines[1] == f"{orphan} sleep", (lines, err)
+    assert lines[2] == "False", (lines, err)

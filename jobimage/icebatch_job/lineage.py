@@ -1,0 +1,204 @@
+"""Nothing the job starts outlives it: the kernel's guarantees, not a watcher that can die first.
+
+The job starts a Ray instance of its own (GCS, raylet, its agents and workers) and, in the engine's actor,
+a fork server, vLLM's engine core and its model worker, some in process groups of their own. Whatever ends
+the job (an exit, SIGTERM, SIGINT, SIGKILL of its process or of its whole process group, its terminal
+closing), all of them end with it:
+
+- **Every process the job starts asks the kernel to be killed when its parent dies** (``die_with_parent``:
+  ``PR_SET_PDEATHSIG``): the fork server (``engine_preload``), the engine core and the model worker
+  (``engine_processes``); Ray's head processes ask it themselves (Ray's "kernel fate sharing"), and its
+  workers leave when their raylet does. A death runs down the tree one parent at a time, in the kernel.
+- **The job's process is a child subreaper** (``adopt_orphans``: ``PR_SET_CHILD_SUBREAPER``): a process of
+  its tree whose parent ends before it is handed to the job, not to PID 1, so the job still knows it; and
+  the kernel sends an orphan's death signal again when the subreaper it was handed to dies.
+- **On every path that runs code** (``end_descendants``, at exit, after Ray's shutdown) the job kills what
+  is left of its tree and reaps it: Ray's workers still shutting down, little else.
+- Ray's agents alone follow their raylet by looking (and linger a minute when it was killed): for them, and
+  only if the job is killed without notice, a watchdog in a session of its own (``icebatch_job.reaper``).
+
+``runtime.own_the_tree`` does the job's part of this before it starts a Ray instance of its own.
+
+Linux only; elsewhere each step does nothing and says so in its return value.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_GET_PDEATHSIG = 2
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+
+
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0)) == 0
+
+
+def death_signal() -> int:
+    """The signal this process gets when its parent dies (0: none)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    out = ctypes.c_int(0)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_GET_PDEATHSIG, ctypes.byref(out), 0, 0, 0)
+    return out.value
+
+
+def die_with_parent(owner: int | None = None) -> bool:
+    """Have the kernel SIGKILL this process when its parent dies; False where it cannot (not Linux).
+
+    ``owner``: the process this one's life follows (default: the parent now). Asked right after a fork,
+    the parent may be gone already, and no signal would come: then this process ends at once.
+    """
+    owner = os.getppid() if owner is None else owner
+    if not _prctl(PR_SET_PDEATHSIG, signal.SIGKILL):
+        return False
+    if not _alive(owner) or os.getppid() == 1:
+        os._exit(1)  # its parent died before the request: no one is left to answer to
+    return True
+
+
+def adopt_orphans() -> bool:
+    """Make this process a child subreaper: orphans of its tree are handed to it (False: not Linux)."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time in clock ticks after boot), for every process visible in /proc."""
+    out: dict[int, tuple[int, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(entry.name)] = (int(fields[1]), int(fields[19]))
+    return out
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid, for every process visible in /proc (zombies included)."""
+    return {pid: ppid for pid, (ppid, _) in process_table().items()}
+
+
+def descendants(root: int, parents: dict[int, int] | None = None) -> set[int]:
+    """Every process whose chain of parents leads to ``root``."""
+    parents = _parents() if parents is None else parents
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def end_descendants(grace_seconds: float = 5.0) -> list[str]:
+    """SIGKILL every process left in this process's tree and reap its children; what it found ("pid name").
+
+    Called when the job ends. Each kill makes the next round's orphans this (subreaper) process's children;
+    rounds go on until the tree is empty. Resource trackers go last (``end_processes``).
+    """
+    if not Path("/proc/self/stat").exists():
+        return []
+    me = os.getpid()
+    found: set[str] = set()
+    deadline = time.monotonic() + grace_seconds
+    while True:
+        _reap()
+        left = {pid for pid in descendants(me) if _alive(pid) and not _zombie(pid)}
+        if not left or time.monotonic() > deadline + 2:  # (one that SIGKILL cannot end: waiting on a device)
+            break
+        found |= {f"{pid} {_name(pid)}" for pid in left if not is_resource_tracker(pid)}
+        _kill(left if time.monotonic() > deadline else {pid for pid in left if not is_resource_tracker(pid)})
+        time.sleep(0.05)
+    _reap()
+    if found:
+        log.debug("ended %d process(es) left in the job's tree: %s", len(found), sorted(found)[:20])
+    return sorted(found)
+
+
+def end_processes(pids: set[int], grace_seconds: float = 5.0) -> None:
+    """SIGKILL ``pids``, multiprocessing's resource trackers last.
+
+    A resource tracker unlinks the shared memory its processes created and left (vLLM's message queues: one
+    pair of files in /dev/shm per engine, 400 MB of address space) once the last of them has ended; killed
+    with them, it leaves the files. So the others are killed first and a tracker is given ``grace_seconds`` to
+    see them go, clean up and leave by itself.
+    """
+    trackers = {pid for pid in pids if is_resource_tracker(pid)}
+    _kill(pids - trackers)
+    deadline = time.monotonic() + grace_seconds
+    while trackers and time.monotonic() < deadline:
+        trackers = {pid for pid in trackers if _alive(pid) and not _zombie(pid)}
+        time.sleep(0.05)
+    _kill(trackers)
+
+
+def is_resource_tracker(pid: int) -> bool:
+    """Whether ``pid`` is a multiprocessing resource tracker (``python -c 'from multiprocessing.resource_tracker
+    import main; main(fd)'``)."""
+    try:
+        return b"multiprocessing.resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _kill(pids: set[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _reap() -> None:
+    """Collect every child that has ended (an orphan handed to this subreaper is nobody else's to wait for)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

@@ -1,0 +1,182 @@
+"""Nothing the job starts outlives it, however it ends (make test-hygiene).
+
+Each case starts the real job (Ray, the real vLLM engine on CPU: its fork server, engine core and model
+worker) as its own process tree, with a marker in its environment that every descendant inherits (Ray's
+workers and agents, the engine's processes, whatever their process group). It ends the job one way, at one
+point of its life, and then looks through every process on the machine for the marker: none may be alive
+10 s after the job's end, and no shared memory the job created may be left in /dev/shm (vLLM's queues).
+``HYGIENE_REPEAT=N`` runs each case N times (a race that shows one time in three).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from icebatch.core.catalog import open_catalog
+from icebatch.core.consumers import Consumer, consumer_named, load_consumers
+from icebatch.core.errors import EXIT_INTERRUPTED, EXIT_OK
+from icebatch.core.settings import Settings
+from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+
+from tests.support.consumers import consumers_file
+from tests.support.cpu import pytest_runtest_makereport  # noqa: F401 (a red test here names its CPU)
+from tests.support.job_process import JobProcess, start_job
+
+pytestmark = [pytest.mark.hygiene]
+
+MARK = "HYGIENE_MARK"
+GRACE_SECONDS = 10
+REPEAT = int(os.environ.get("HYGIENE_REPEAT", "1"))
+
+
+def marked(mark: str) -> list[str]:
+    """'pid name command line' of every live process (not a zombie) whose environment holds ``mark``."""
+    found = []
+    needle = f"{MARK}={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes():
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            name = (entry / "comm").read_text().strip()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:100]
+        except OSError:  # gone meanwhile
+            continue
+        if state != "Z":
+            found.append(f"{entry.name} {name} {command}")
+    return found
+
+
+def _is_phase(line: str, phase: str) -> bool:
+    return {
+        "fork server": "multiprocessing.forkserver" in line,
+        "engine": line.split(" ")[1] == "VLLM::Worker",
+    }[phase]
+
+
+def _wait_for(job: JobProcess, mark: str, phase: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(_is_phase(line, phase) for line in marked(mark)):
+            return
+        if job.proc.poll() is not None:
+            raise AssertionError(f"the job ended before its {phase} was up: {job.output()[-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"no {phase} in {timeout} s: {job.output()[-3000:]}")
+
+
+def _shared_memory() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob("psm_*")}
+
+
+def _left_after_grace(mark: str, shm_before: set[str]) -> list[str]:
+    """The job's processes still alive ``GRACE_SECONDS`` after its end, and the shared memory it left."""
+    deadline = time.monotonic() + GRACE_SECONDS
+    while (left := marked(mark)) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return left + sorted(f"/dev/shm/{name}" for name in _shared_memory() - shm_before)
+
+
+@pytest.fixture
+def job_settings(tmp_path: Path, tiny_model: Path) -> Settings:
+    """The embedded default (the engine in the job's process tree) over 600 tickets: long enough to be caught up."""
+    home = tmp_path / "home"
+    s = Settings(
+        home=home,
+        model_source=str(tiny_model),
+        batch_size=16,
+        consumers_file=consumers_file(home / "consumers", {"name": "triage", "backlog_threshold": 1}),
+    )
+    table = ensure_source_table(open_catalog(s), s.catalog.source_table)
+    append_tickets(table, generate_tickets(600, random.Random(7)))
+    return s
+
+
+def _consumer(s: Settings) -> Consumer:
+    return consumer_named(load_consumers(s), "triage")
+
+
+@pytest.fixture
+def marks() -> Iterator[list[str]]:
+    """The marks of the jobs a test starts; whatever still carries one when the test ends is killed."""
+    started: list[str] = []
+    yield started
+    for mark in started:
+        for line in marked(mark):
+            try:
+                os.kill(int(line.split(" ", 1)[0]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _start(s: Settings, marks: list[str], *, launch: bool = False) -> tuple[JobProcess, str, set[str]]:
+    """The job started with a new mark; the shared memory there was before it."""
+    marks.append(uuid.uuid4().hex)
+    shm_before = _shared_memory()
+    return start_job(s, _consumer(s), launch=launch, extra_env={MARK: marks[-1]}, tag="hygiene"), marks[-1], shm_before
+
+
+ENDINGS = {  # what ends the job: (signal, to its whole process group?)
+    "SIGTERM": (signal.SIGTERM, False),  # a pod's deletion, a RayJob's deadline, `kill`
+    "SIGINT": (signal.SIGINT, False),  # Ctrl-C
+    "SIGKILL": (signal.SIGKILL, False),  # an OOM kill, `kill -9 <pid>`
+    "SIGKILL to the group": (signal.SIGKILL, True),  # a CI timeout, a supervisor, `kill -9 -<pgid>`
+    "SIGHUP to the group": (signal.SIGHUP, True),  # its terminal closing
+}
+EXPECTED_STATUS = {"SIGTERM": EXIT_INTERRUPTED, "SIGINT": EXIT_INTERRUPTED}
+
+
+@pytest.mark.parametrize("repeat", range(REPEAT), ids=lambda i: f"run{i + 1}")
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_nothing_outlives_a_job_ended_while_its_engine_runs(
+    job_settings: Settings, marks: list[str], ending: str, repeat: int
+) -> None:
+    # given the job with its engine up (the model worker forked: every process of its tree exists)
+    job, mark, shm = _start(job_settings, marks)
+    _wait_for(job, mark, "engine")
+    tree = marked(mark)
+    assert any("raylet" in line for line in tree) and any("VLLM::EngineCore" in line for line in tree), tree
+    # when it is ended this way
+    signum, group = ENDINGS[ending]
+    if group:
+        os.killpg(job.proc.pid, signum)
+    else:
+        job.proc.send_signal(signum)
+    status = job.proc.wait(120)
+    # then it ended as that ending says (a signal it handles: the finished rows committed, exit 130) ...
+    assert status == EXPECTED_STATUS.get(ending, -signum), job.output()[-3000:]
+    # ... and nothing it started is alive 10 s later
+    assert _left_after_grace(mark, shm) == [], f"left by {ending} of {len(tree)} processes"
+
+
+@pytest.mark.parametrize("repeat", range(REPEAT), ids=lambda i: f"run{i + 1}")
+def test_nothing_outlives_a_job_that_finished(job_settings: Settings, marks: list[str], repeat: int) -> None:
+    # given the job, when it runs to its end
+    job, mark, shm = _start(job_settings, marks)
+    status = job.proc.wait(600)
+    # then it labelled the rows, and nothing it started is alive 10 s later (the engine's fork server included)
+    assert status == EXIT_OK, job.output()[-3000:]
+    assert _left_after_grace(mark, shm) == []
+
+
+@pytest.mark.parametrize("repeat", range(REPEAT), ids=lambda i: f"run{i + 1}")
+def test_nothing_outlives_the_cli_that_ran_the_job_in_its_own_process(
+    job_settings: Settings, marks: list[str], repeat: int
+) -> None:
+    # given `icebatch launch --force` (the embedded default: the job runs in the CLI's process, as in the demo),
+    # killed with its group while the engine's fork server is starting the engine
+    job, mark, shm = _start(job_settings, marks, launch=True)
+    _wait_for(job, mark, "fork server")
+    os.killpg(job.proc.pid, signal.SIGKILL)
+    job.proc.wait(120)
+    # then nothing it started is alive 10 s later
+    assert _left_after_grace(mark, shm) == []
