@@ -28,9 +28,9 @@ def run() -> dict[str, Any]:
     from icebatch.core.catalog import open_catalog
     from icebatch.core.consumers import consumer_named, load_consumers
     from icebatch.core.settings import Settings
-    from icebatch_job.pipeline import engine_config
-    from icebatch_job.prompts import PromptBuilder
-    from icebatch_job.runtime import engine_has_native_bf16
+    from icebatch_job.process.runtime import engine_has_native_bf16
+    from icebatch_job.stages.pipeline import engine_config
+    from icebatch_job.stages.prompts import PromptBuilder
     from transformers import AutoTokenizer
 
     settings = Settings.from_env()

@@ -33,7 +33,7 @@ def _home(root: Path, name: str, rows: int, model: str) -> Any:
     """A fresh home with the same generated tickets (same seed) and the triage consumer."""
     from icebatch.core.catalog import open_catalog
     from icebatch.core.settings import Settings
-    from icebatch_job.tickets import ensure_source_table, generate
+    from icebatch_job.example.tickets import ensure_source_table, generate
 
     settings = Settings.from_env().with_overrides(home=root / name, model_source=model)
     table_ = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
@@ -79,8 +79,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from icebatch.core.settings import Settings
-    from icebatch_job.model import resolve_model
-    from icebatch_job.runtime import prepare_environment
+    from icebatch_job.process.runtime import prepare_environment
+    from icebatch_job.stages.model import resolve_model
 
     base = Settings.from_env()
     chunk = args.chunk_rows or base.progress.chunk_rows

@@ -48,7 +48,7 @@ def cpu() -> dict[str, Any]:
             info.setdefault(key.strip(), value.strip())
     except OSError:
         return {"model": platform.processor() or "unknown", "flags": []}
-    from icebatch_job.runtime import cpu_has_native_bf16
+    from icebatch_job.process.runtime import cpu_has_native_bf16
 
     wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "fma")
     return {
@@ -76,7 +76,7 @@ def random_weight_model(target: Path, config: dict[str, Any]) -> Path:
     """A model folder for vLLM's ``load_format=dummy`` (random weights): ``config`` as its config.json, and
     the tiny local model's tokenizer and chat template (the prompt stage renders with them)."""
     from icebatch.core.settings import Settings
-    from icebatch_job.model import resolve_model
+    from icebatch_job.stages.model import resolve_model
 
     tiny = Path(resolve_model(Settings.from_env()))
     target.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ def build(home: Path, rows: int) -> tuple[Any, Any]:
     """The source (``id``, ``text``) and its results (``source_id``, ``source_hash``, ``run_id``, ``task_version``)."""
     from icebatch.core.catalog import open_catalog
     from icebatch.core.settings import Settings
-    from icebatch_job.identity import content_hashes
+    from icebatch_job.plan.identity import content_hashes
 
     catalog = open_catalog(Settings(home=home))
     catalog.create_namespace_if_not_exists("bench")
@@ -61,7 +61,7 @@ def build(home: Path, rows: int) -> tuple[Any, Any]:
 def candidates(rows: int) -> pa.Table:
     """The range's rows as the job reads them: 1,000 copies of labelled rows, ten of them changed."""
     from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
-    from icebatch_job.identity import content_hashes
+    from icebatch_job.plan.identity import content_hashes
 
     ids = np.linspace(0, rows - 1, RANGE, dtype=np.int64)
     text = [f"ticket text number {i}" + (" (edited)" if n < CHANGED else "") for n, i in enumerate(ids.tolist())]
@@ -80,8 +80,8 @@ def timed(fn: Any) -> tuple[float, Any]:
 
 
 def measure(source: Any, results: Any, rows: int, repeats: int) -> dict[str, Any]:
-    from icebatch_job.done import DoneRows
-    from icebatch_job.identity import removals, unchanged
+    from icebatch_job.commit.done import DoneRows
+    from icebatch_job.plan.identity import removals, unchanged
 
     batch = candidates(rows)
     end = source.metadata.current_snapshot_id
@@ -107,7 +107,7 @@ def measure(source: Any, results: Any, rows: int, repeats: int) -> dict[str, Any
 
 def hash_cost(source: Any, repeats: int) -> dict[str, float]:
     """Per row: hashing the id and a text column, beside reading them from Parquet."""
-    from icebatch_job.identity import content_hashes
+    from icebatch_job.plan.identity import content_hashes
 
     task = next(iter(source.scan(selected_fields=("id", "text")).plan_files()))
     reads, hashes = [], []

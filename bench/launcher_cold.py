@@ -68,7 +68,7 @@ def build(endpoint: str, home: Path, snapshots: int, rows: int) -> dict[str, str
     from icebatch.core.consumers import consumer_named, load_consumers
     from icebatch.core.ledger import open_ledger
     from icebatch.core.settings import Settings
-    from icebatch_job.tickets import ensure_source_table
+    from icebatch_job.example.tickets import ensure_source_table
 
     from tests.support.aws import CREDS, client
     from tests.support.many_snapshots import append_many

@@ -6,7 +6,7 @@ model cache), alternated in one run (B J, then J B, ...) so that drift on a nois
 - **bare**: ``python -m bench.bare_job``: a plain script that reads the table, builds the same prompts,
   constructs ``vllm.LLM`` with the job's engine arguments and generates with the same sampling and
   structured output (``bench/bare_job.py``). It writes nothing back, and vLLM detokenizes its answers as
-  tokens arrive (its default; the job's engine decodes each answer once: ``icebatch_job.engine_outputs``).
+  tokens arrive (its default; the job's engine decodes each answer once: ``icebatch_job.stages.engine_outputs``).
 - **job**: ``python -m icebatch_job run`` as the RayJob runs it: Ray start, read, engine start in Ray
   Data LLM's actors, generation, parsing, chunked commits to Iceberg, the completion event.
 
@@ -55,7 +55,7 @@ def _home(root: Path, name: str, rows: int, model: str, **overrides: Any) -> Any
     """A fresh home with the tickets every home of this run gets (same seed) and the triage consumer."""
     from icebatch.core.catalog import open_catalog
     from icebatch.core.settings import Settings
-    from icebatch_job.tickets import ensure_source_table, generate
+    from icebatch_job.example.tickets import ensure_source_table, generate
 
     settings = Settings.from_env().with_overrides(home=root / name, model_source=model, **overrides)
     generate(
@@ -67,7 +67,7 @@ def _home(root: Path, name: str, rows: int, model: str, **overrides: Any) -> Any
 def _environment(settings: Any, cache: Path) -> dict[str, str]:
     """The job's environment (its settings and consumer) with the caches both sides share."""
     from icebatch.core.consumers import consumer_named, load_consumers
-    from icebatch_job.runtime import job_environment
+    from icebatch_job.process.runtime import job_environment
 
     consumer = consumer_named(load_consumers(settings), "triage")
     env = settings.job_environment(job_consumer=consumer.to_json())
@@ -122,8 +122,8 @@ def _side(wall: float, started: float, rows: int, tokens: int, first: float, las
 def _dtype() -> str:
     """The dtype both sides' engines ran in on this machine (``auto``: the model's own)."""
     from icebatch.core.settings import Settings
-    from icebatch_job.pipeline import engine_dtype
-    from icebatch_job.runtime import engine_has_native_bf16
+    from icebatch_job.process.runtime import engine_has_native_bf16
+    from icebatch_job.stages.pipeline import engine_dtype
 
     engine = Settings.from_env().engine
     device = "gpu" if engine.device == "gpu" else "cpu"
@@ -133,7 +133,7 @@ def _dtype() -> str:
 def small_model(root: Path) -> str:
     """``--model small``: the tiny model's config grown to ``SMALL_SHAPE``, random weights (dummy loader)."""
     from icebatch.core.settings import Settings
-    from icebatch_job.model import resolve_model
+    from icebatch_job.stages.model import resolve_model
 
     config = json.loads((Path(resolve_model(Settings.from_env())) / "config.json").read_text())
     return str(random_weight_model(root / "small-llama", {**config, **SMALL_SHAPE}))
@@ -143,7 +143,7 @@ def warm_start(prefix: str, size: str = "tiny") -> tuple[str, Path, Path, dict[s
     """The model, a fresh root for the run's homes, the model cache they share (warmed by a small bare run,
     not timed, so that no side pays for a cold cache the other does not) and the settings both sides get."""
     from icebatch.core.settings import Settings
-    from icebatch_job.model import resolve_model
+    from icebatch_job.stages.model import resolve_model
 
     root = Path(tempfile.mkdtemp(prefix=prefix))
     model = small_model(root) if size == "small" else resolve_model(Settings.from_env())

@@ -8,7 +8,7 @@ nothing, so its range spans the whole history. Timed in one process, interleaved
 - ``floor``: loading the table and reading every snapshot's summary (what any reader of the table pays);
 - ``backlog``: the launcher's check (``ResultsLedger.backlog``, metadata only);
 - ``plan``: the job's planning of the range (the source loaded once, ``ResultsLedger.plan`` +
-  ``icebatch_job.source.plan_range``: an append-only range reads its end's manifest list alone);
+  ``icebatch_job.plan.source.plan_range``: an append-only range reads its end's manifest list alone);
 - the job's read tasks' largest pickled size, and the planning process's peak memory (a fresh process per size).
 
     python -m bench.streaming_history [--sizes 1000,10000,100000] [--repeats 3]
@@ -32,8 +32,8 @@ from pathlib import Path
 from icebatch.core.consumers import consumer_named, load_consumers
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
-from icebatch_job.done import DoneRows
-from icebatch_job.source import IncrementalIcebergDatasource, plan_range
+from icebatch_job.commit.done import DoneRows
+from icebatch_job.plan.source import IncrementalIcebergDatasource, plan_range
 from ray import cloudpickle
 settings = Settings(home=Path(sys.argv[1]))
 ledger = open_ledger(settings, consumer_named(load_consumers(settings), "triage"))
@@ -54,7 +54,7 @@ def build(home: Path, snapshots: int) -> object:
 
     from icebatch.core.catalog import open_catalog
     from icebatch.core.settings import Settings
-    from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+    from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
     from tests.support.crafted_history import add_empty_appends
     from tests.support.many_snapshots import fast_metadata_updates

@@ -36,8 +36,8 @@ def usd_per_1k(tokens_per_row: float) -> float:
 def main() -> None:
     from icebatch.core.settings import Settings
     from icebatch.core.task import load_task
-    from icebatch_job.model import resolve_model
-    from icebatch_job.tickets import SCENARIOS, generate_tickets
+    from icebatch_job.example.tickets import SCENARIOS, generate_tickets
+    from icebatch_job.stages.model import resolve_model
     from transformers import AutoTokenizer
 
     task = load_task()

@@ -70,7 +70,7 @@ def cli_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's tiny random-weight Llama, built once per test session."""
-    from icebatch_job.tiny_model import build_tiny_model
+    from icebatch_job.example.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 

@@ -80,8 +80,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch_job.interrupts import Interrupts
     from icebatch_job.job import JobRequest, run_job
+    from icebatch_job.process.interrupts import Interrupts
 
     interrupts = Interrupts(settings.progress.drain_seconds)
     interrupts.install()
@@ -121,6 +121,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def stalled_status(error: BaseException) -> int | None:
     """A stalled job (a GPU node, an engine or a node that never came back) is transient: retry later."""
-    from icebatch_job.interrupts import JobStalled
+    from icebatch_job.process.interrupts import JobStalled
 
     return EXIT_TRANSIENT if isinstance(error, JobStalled) else None

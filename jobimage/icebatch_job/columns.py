@@ -3,8 +3,10 @@
 # ours: added by the read (which source row: its data file and position), carried through every stage
 SOURCE_FILE = "__icebatch_source_file"
 SOURCE_POS = "__icebatch_source_pos"
-SOURCE_HASH = "__icebatch_source_hash"  # its content: the id and the columns the task reads (icebatch_job.identity)
-# ours: added by the prompt (or endpoint) stage, read by the driver's parse (icebatch_job.parse)
+SOURCE_HASH = (
+    "__icebatch_source_hash"  # its content: the id and the columns the task reads (icebatch_job.plan.identity)
+)
+# ours: added by the prompt (or endpoint) stage, read by the driver's parse (icebatch_job.stages.parse)
 SOURCE_ID = "__icebatch_source_id"
 TRUNCATED = "__icebatch_truncated"
 EMPTY_INPUT = "__icebatch_empty_input"  # every input column blank: the answer is not a label

@@ -31,18 +31,18 @@ from icebatch.core.report import completed_text, incremental_state
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import one_line
 
-from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
-from icebatch_job.interrupts import Interrupts, JobInterrupted, JobStalled
+from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
+from icebatch_job.commit.results import RunStats, batch_engine_seconds
+from icebatch_job.process.interrupts import Interrupts, JobInterrupted, JobStalled
+from icebatch_job.process.stall import StallWatch
 from icebatch_job.progress import Progress
-from icebatch_job.results import RunStats, batch_engine_seconds
-from icebatch_job.stall import StallWatch
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import Table
 
-    from icebatch_job.pipeline import BuiltPipeline
-    from icebatch_job.work import Work
+    from icebatch_job.plan.work import Work
+    from icebatch_job.stages.pipeline import BuiltPipeline
 
 log = logging.getLogger(__name__)
 
@@ -269,9 +269,9 @@ def plan(run: JobRun) -> bool:
 
 
 def prepare(run: JobRun) -> bool:
-    """What this attempt reads (``icebatch_job.work``): False when no row is left to send to the model (the last
+    """What this attempt reads (``icebatch_job.plan.work``): False when no row is left to send to the model (the last
     commit is then made without starting Ray or the engine)."""
-    from icebatch_job.work import plan_work
+    from icebatch_job.plan.work import plan_work
 
     s, task, p = run.settings, run.consumer.task, run.plan
     assert p is not None
@@ -286,7 +286,7 @@ def prepare(run: JobRun) -> bool:
 
 
 def _committer(run: JobRun, policy: ChunkPolicy, release: Callable[[int], None] = lambda _rows: None) -> ChunkCommitter:
-    from icebatch_job.work import last_commit
+    from icebatch_job.plan.work import last_commit
 
     p, work, task = run.plan, run.work, run.consumer.task
     assert p is not None and work is not None and run.source is not None
@@ -306,12 +306,12 @@ def _committer(run: JobRun, policy: ChunkPolicy, release: Callable[[int], None] 
 def start(run: JobRun) -> BuiltPipeline:
     """Ray, what is already done, the read of the rest of the range, and the pipeline (the engine starts
     as the pipeline executes). The driver imports what the build needs while Ray starts, never vLLM
-    (``icebatch_job.driver_imports``)."""
-    from icebatch_job.driver_imports import driver_imports
-    from icebatch_job.model import resolve_model
-    from icebatch_job.pipeline import in_flight_rows
-    from icebatch_job.runtime import init_ray, prepare_environment, usage_stats_on
-    from icebatch_job.window import chunk_size, commit_every
+    (``icebatch_job.process.driver_imports``)."""
+    from icebatch_job.commit.window import chunk_size, commit_every
+    from icebatch_job.process.driver_imports import driver_imports
+    from icebatch_job.process.runtime import init_ray, prepare_environment, usage_stats_on
+    from icebatch_job.stages.model import resolve_model
+    from icebatch_job.stages.pipeline import in_flight_rows
 
     run.stage = "start"
     s, engine = run.settings, run.settings.engine
@@ -338,10 +338,10 @@ def start(run: JobRun) -> BuiltPipeline:
 
 
 def _build(run: JobRun, every: int) -> BuiltPipeline:
-    from icebatch_job.pipeline import build_pipeline
-    from icebatch_job.runtime import detect_device
-    from icebatch_job.source import Failpoint, read_dataset
-    from icebatch_job.window import RowWindow, blocks_of
+    from icebatch_job.commit.window import RowWindow, blocks_of
+    from icebatch_job.plan.source import Failpoint, read_dataset
+    from icebatch_job.process.runtime import detect_device
+    from icebatch_job.stages.pipeline import build_pipeline
 
     s, task, p, engine, work = run.settings, run.consumer.task, run.plan, run.settings.engine, run.work
     assert p is not None and work is not None

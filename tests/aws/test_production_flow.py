@@ -29,7 +29,7 @@ from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import load_consumers
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.aws.deploy import ACCOUNT, Deployed, access_key, deploy
 from tests.support.aws import CREDS, REGION, client, moto_server

@@ -5,6 +5,15 @@
            backends, Lambda handlers)  and  data plane (icebatch_job: the job image)
             -> core (icebatch.core: settings, consumers, the incremental protocol, contracts, costs, reports)
 
+The data plane has rooms, each a folder (its ``__init__`` says what lives there), and they too import one way:
+
+    the job (icebatch_job.job, .cli, .progress)
+        -> stages (the pipeline: prompts, engine or endpoint, parse)
+            -> plan (what a run reads) -> commit (what a run writes and what is done)
+            -> process (the job's process life: Ray, the engine's processes, signals, stall, what ends them)
+            -> example (support tickets, the tiny model)
+    ``icebatch_job.columns``: the column names every stage agrees on, imported from anywhere.
+
 Every import counts, those inside functions too. Adapters loaded by name from configuration (the local
 backend, the local bus, the local reports: ``icebatch.core.bus.load_adapter``) are not imports.
 """
@@ -25,6 +34,15 @@ LAYERS = {  # a module may import its own layer and those listed
     "icebatch_job": {"icebatch_job", "icebatch.core"},
     "icebatch.tools": {"icebatch.tools", "icebatch.control", "icebatch.core", "icebatch_job"},
 }
+ROOMS = {  # a data-plane room may import itself and those listed (and icebatch_job.columns)
+    "icebatch_job.process": set(),
+    "icebatch_job.example": set(),
+    "icebatch_job.commit": set(),
+    "icebatch_job.plan": {"icebatch_job.commit"},
+    "icebatch_job.stages": {"icebatch_job.plan", "icebatch_job.commit", "icebatch_job.process", "icebatch_job.example"},
+}
+TOP_OF_THE_DATA_PLANE = {"icebatch_job", "icebatch_job.__main__", "icebatch_job.cli", "icebatch_job.job",
+                         "icebatch_job.progress", "icebatch_job.columns"}  # fmt: skip
 MAX_FUNCTION_LINES = 60
 MAX_HANDLER_LINES = 40
 
@@ -75,6 +93,24 @@ def test_imports_point_down(module: str) -> None:
         m for m in GRAPH[module] if not any(m == a or m.startswith(a + ".") for a in allowed) and m != "icebatch"
     )
     assert upward == [], f"{module} imports {upward}"
+
+
+def _room(module: str) -> str | None:
+    return next((room for room in ROOMS if module == room or module.startswith(room + ".")), None)
+
+
+def test_every_data_plane_module_is_in_a_room() -> None:
+    stray = [m for m in MODULES if m.startswith("icebatch_job") and not _room(m) and m not in TOP_OF_THE_DATA_PLANE]
+    assert stray == [], "put each data-plane module in a room (stages, plan, commit, process, example)"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _room(m)))
+def test_rooms_import_one_way(module: str) -> None:
+    room = str(_room(module))
+    allowed = {room, *ROOMS[room], "icebatch_job.columns"}
+    inside = [m for m in GRAPH[module] if m.startswith("icebatch_job.")]
+    wrong = sorted(m for m in inside if not any(m == a or m.startswith(a + ".") for a in allowed))
+    assert wrong == [], f"{module} ({room}) imports {wrong}"
 
 
 def test_there_is_no_import_cycle() -> None:

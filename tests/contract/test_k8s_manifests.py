@@ -18,7 +18,7 @@ from icebatch.core.instances import (
     parse_cpu,
     parse_memory,
 )
-from icebatch.core.settings import Settings
+from icebatch.core.settings import ENGINE_HOST_MIB, Settings
 
 from tests.support.consumers import triage
 from tests.support.crd import CRDS, SHARED, manifest_errors, vendored
@@ -282,3 +282,29 @@ def test_without_a_cpu_node_pool_the_head_runs_on_the_clusters_own_capacity() ->
     # then neither the head nor the submitter is tied to a NodePool or tolerates its taint
     for pod in (spec["rayClusterSpec"]["headGroupSpec"]["template"], spec["submitterPodTemplate"]):
         assert "nodeSelector" not in pod["spec"] and "tolerations" not in pod["spec"]
+
+
+def _shm(pod: dict) -> tuple[dict, dict]:
+    """The pod's /dev/shm volume and its container's mount of it."""
+    container = pod["spec"]["containers"][0]
+    mount = next(m for m in container.get("volumeMounts", []) if m["mountPath"] == "/dev/shm")
+    return next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]), mount
+
+
+def test_ray_pods_have_a_memory_backed_dev_shm_that_holds_their_object_store() -> None:
+    # given the RayJob as the defaults build it, and one with a bigger worker /dev/shm
+    for settings in (DEFAULTS, DEFAULTS.with_overrides(worker_shm="4Gi", worker_memory="14Gi")):
+        cluster = build_rayjob_manifest(settings, _spec())["spec"]["rayClusterSpec"]
+        for group in (cluster["headGroupSpec"], cluster["workerGroupSpecs"][0]):
+            # then each Ray pod mounts a memory-backed /dev/shm (a container's own is 64 MB: Ray would put its
+            # object store in /tmp, on disk, with a warning) ...
+            volume, _ = _shm(group["template"])
+            assert volume["emptyDir"]["medium"] == "Memory"
+            # ... and Ray's object store is sized to fit in it, with room left for NCCL and vLLM's queues
+            store = int(group["rayStartParams"]["object-store-memory"])
+            assert 0 < store < parse_memory(volume["emptyDir"]["sizeLimit"]) * 1024**2
+        worker = cluster["workerGroupSpecs"][0]["template"]
+        assert _shm(worker)[0]["emptyDir"]["sizeLimit"] == settings.cluster.worker_shm
+        # and the shared memory, counted in the worker's memory limit, leaves the engine its room
+        limit = parse_memory(worker["spec"]["containers"][0]["resources"]["limits"]["memory"])
+        assert limit - parse_memory(settings.cluster.worker_shm) >= ENGINE_HOST_MIB

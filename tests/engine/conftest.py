@@ -8,7 +8,7 @@ import pytest
 from icebatch.core.consumers import consumer_named, load_consumers
 from icebatch.core.ledger import ResultsLedger, open_ledger
 from icebatch.core.settings import Settings
-from icebatch_job.runtime import init_ray, prepare_environment
+from icebatch_job.process.runtime import init_ray, prepare_environment
 
 from tests.support.consumers import consumers_file
 from tests.support.cpu import pytest_runtest_makereport  # noqa: F401 (a red engine test names its CPU)

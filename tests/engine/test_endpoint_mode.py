@@ -9,9 +9,9 @@ import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.errors import TooManyErrorsError
 from icebatch.core.settings import Settings
+from icebatch_job.example.tickets import ensure_source_table, generate
 from icebatch_job.job import run_job
-from icebatch_job.runtime import job_environment
-from icebatch_job.tickets import ensure_source_table, generate
+from icebatch_job.process.runtime import job_environment
 
 from tests.engine.conftest import ledger
 from tests.support.fault_proxy import fault_proxy

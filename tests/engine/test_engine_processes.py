@@ -29,10 +29,10 @@ SCRIPT = textwrap.dedent(
 
     import psutil
     from icebatch.core.settings import Settings
-    from icebatch_job.engine_outputs import engine_sampling
-    from icebatch_job.engine_processes import EngineStageUDF
-    from icebatch_job.pipeline import engine_config
-    from icebatch_job.runtime import prepare_environment
+    from icebatch_job.stages.engine_outputs import engine_sampling
+    from icebatch_job.stages.engine_stage import EngineStageUDF
+    from icebatch_job.stages.pipeline import engine_config
+    from icebatch_job.process.runtime import prepare_environment
     from vllm.utils.ompmultiprocessing import OMPProcessManager
 
 

@@ -14,8 +14,8 @@ from icebatch.core.errors import ModelUnavailableError
 from icebatch.core.ledger import Key
 from icebatch.core.settings import Settings
 from icebatch.core.task import DEFAULT_TASK, load_task
+from icebatch_job.example.tickets import ensure_source_table, generate
 from icebatch_job.job import run_job
-from icebatch_job.tickets import ensure_source_table, generate
 
 from tests.engine.conftest import ledger, read_events
 

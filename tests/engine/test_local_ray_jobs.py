@@ -11,8 +11,8 @@ from icebatch.core.catalog import open_catalog
 from icebatch.core.settings import Settings
 from icebatch.tools.invoke import invoke
 from icebatch.tools.local_backend import LocalBackend
-from icebatch_job.runtime import ray_temp_dir
-from icebatch_job.tickets import ensure_source_table, generate
+from icebatch_job.example.tickets import ensure_source_table, generate
+from icebatch_job.process.runtime import ray_temp_dir
 
 from tests.engine.conftest import ledger
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from icebatch.core.consumers import consumer_named, load_consumers
 from icebatch.core.settings import Settings
-from icebatch_job.pipeline import build_pipeline
-from icebatch_job.window import RowWindow, blocks_of
+from icebatch_job.commit.window import RowWindow, blocks_of
+from icebatch_job.stages.pipeline import build_pipeline
 
 pytestmark = [pytest.mark.engine]
 
@@ -102,7 +102,7 @@ from pathlib import Path
 import ray
 from ray._private import ray_constants
 from icebatch.core.settings import Settings
-from icebatch_job.runtime import init_ray
+from icebatch_job.process.runtime import init_ray
 
 init_ray(Settings(home=Path(sys.argv[1]), log_level=sys.argv[2]), {"RAY_USAGE_STATS_ENABLED": sys.argv[3]})
 processes = ray._private.worker.global_worker.node.all_processes

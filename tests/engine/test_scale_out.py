@@ -14,7 +14,7 @@ import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import consumer_named, load_consumers
 from icebatch.core.settings import Settings
-from icebatch_job.tickets import ensure_source_table, generate
+from icebatch_job.example.tickets import ensure_source_table, generate
 
 from tests.engine.conftest import ledger
 from tests.support.consumers import consumers_file

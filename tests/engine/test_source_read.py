@@ -12,9 +12,9 @@ import random
 import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.settings import Settings
-from icebatch_job.done import DoneRows
-from icebatch_job.source import plan_range, read_dataset
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.commit.done import DoneRows
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.plan.source import plan_range, read_dataset
 
 from tests.engine.conftest import ledger
 from tests.support.crafted_history import add_empty_appends

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from icebatch.core.settings import Settings
-from icebatch_job.runtime import job_environment
+from icebatch_job.process.runtime import job_environment
 
 from tests.support.consumers import consumers_file
 from tests.support.fault_proxy import fault_proxy
@@ -44,7 +44,7 @@ def job_settings(tmp_path: Path, endpoint: Endpoint) -> Settings:
         endpoint_model="tiny",
         endpoint_concurrency=4,
         batch_size=4,
-        chunk_rows=72,  # 36 rows in flight (icebatch_job.pipeline.in_flight_rows): a commit every 36 rows
+        chunk_rows=72,  # 36 rows in flight (icebatch_job.stages.pipeline.in_flight_rows): a commit every 36 rows
         chunk_seconds=0,
         consumers_file=consumers_file(home / "consumers", {"name": "triage", "backlog_threshold": 1}),
     )

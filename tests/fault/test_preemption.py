@@ -21,9 +21,9 @@ from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import Consumer, consumer_named, load_consumers
 from icebatch.core.ledger import ResultsLedger, open_ledger
 from icebatch.core.settings import Settings
-from icebatch_job.pipeline import in_flight_rows
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
-from icebatch_job.window import commit_every
+from icebatch_job.commit.window import commit_every
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.stages.pipeline import in_flight_rows
 
 from tests.fault.conftest import Endpoint
 from tests.support.fault_proxy import fault_proxy

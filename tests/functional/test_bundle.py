@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.settings import Settings
-from icebatch_job.tickets import ensure_source_table, generate
+from icebatch_job.example.tickets import ensure_source_table, generate
 
 from tests.support.k8s_api import RayJobApi
 

@@ -19,7 +19,7 @@ from icebatch.core.errors import WatermarkConflictError, WatermarkError
 from icebatch.core.ledger import Key, ResultsLedger, open_ledger
 from icebatch.core.settings import Settings
 from icebatch.tools.history import completed_from_ledger
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.consumers import triage
 from tests.support.runs import Crash, dies_after, expire_all_but_current, run_once, source_ids
@@ -286,7 +286,7 @@ def test_a_run_whose_cost_figures_are_unreadable_is_still_reported(settings: Set
 
 
 def test_an_attempt_reads_the_rows_its_plan_saw_while_another_attempt_commits(settings: Settings) -> None:
-    from icebatch_job.chunks import load_progress
+    from icebatch_job.commit.chunks import load_progress
 
     # given a run part way through, planned by one attempt
     ledger = _ledger(settings, snapshots=4, rows=30)

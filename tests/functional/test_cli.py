@@ -129,7 +129,7 @@ def test_report_rebuilds_a_run_from_the_ledger(tmp_path: Path) -> None:
     from icebatch.core.catalog import open_catalog
     from icebatch.core.ledger import open_ledger
     from icebatch.core.settings import Settings
-    from icebatch_job.tickets import ensure_source_table, generate
+    from icebatch_job.example.tickets import ensure_source_table, generate
 
     from tests.support.consumers import triage
     from tests.support.runs import run_once

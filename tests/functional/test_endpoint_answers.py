@@ -17,9 +17,9 @@ import pytest
 from icebatch.core.settings import Settings
 from icebatch.core.task import load_task
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
-from icebatch_job.endpoint import EndpointStage
-from icebatch_job.parse import ResultParser
-from icebatch_job.results import STATUS_ERROR, STATUS_OK
+from icebatch_job.commit.results import STATUS_ERROR, STATUS_OK
+from icebatch_job.stages.endpoint import EndpointStage
+from icebatch_job.stages.parse import ResultParser
 
 from tests.support.http_server import QuietHandler, serving
 

@@ -21,7 +21,7 @@ from icebatch.core.settings import Settings
 from icebatch.core.untrusted import CONSUMER_NAME, RUN_ID
 from icebatch.tools.cli import main as icebatch_main
 from icebatch.tools.invoke import invoke
-from icebatch_job.tickets import ensure_source_table
+from icebatch_job.example.tickets import ensure_source_table
 
 pytestmark = pytest.mark.functional
 ROOT = Path(__file__).resolve().parents[2]

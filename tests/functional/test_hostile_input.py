@@ -29,8 +29,8 @@ from icebatch.core.settings import Settings
 from icebatch.core.untrusted import loads_strict, one_line, summarize
 from icebatch.tools.invoke import invoke
 from icebatch.tools.local_backend import LocalBackend
-from icebatch_job.results import results_schema
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.commit.results import results_schema
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.aws import client
 from tests.support.runs import run_once
@@ -352,7 +352,7 @@ def test_what_a_killed_job_started_is_killed_by_its_watchdog() -> None:
     # given a process that starts the watchdog, then a child with a grandchild (as Ray starts its workers)
     script = (
         "import os, signal, subprocess, sys, time\n"
-        "from icebatch_job.reaper import start_reaper\n"
+        "from icebatch_job.process.reaper import start_reaper\n"
         "start_reaper()\n"
         "child = subprocess.Popen([sys.executable, '-c', "
         '\'import subprocess, time; subprocess.Popen(["sleep", "300"]); time.sleep(300)\'])\n'

@@ -31,7 +31,7 @@ from icebatch.core.errors import CatalogUnavailableError, ClusterUnavailableErro
 from icebatch.core.ledger import ResultsLedger
 from icebatch.core.settings import Settings
 from icebatch.tools.invoke import invoke
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.aws import REGION, client
 from tests.support.consumers import consumers_file
@@ -486,3 +486,50 @@ def test_a_catalog_that_cannot_be_reached_is_retried_and_counted(
     # and the retry is counted in the EMF it prints, so that retries show on the dashboard before dead letters
     assert "TransientErrors" in metric_names(out)
     assert "No application metrics to publish" not in err
+
+
+def _model_folder(path: Path, **config: Any) -> str:
+    """A model folder as the engine reads it, with this config.json (a published model's figures)."""
+    path.mkdir(parents=True)
+    base = {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 128256, "intermediate_size": 14336,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16"}  # fmt: skip
+    (path / "config.json").write_text(json.dumps({**base, **config}))
+    return str(path)
+
+
+def test_a_model_too_big_for_the_gpu_worker_is_refused_before_a_gpu_node_is_bought(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, tmp_path: Path
+) -> None:
+    # given a backlog over the threshold, and a consumer whose model is a 70B one in bfloat16 (131 GiB of
+    # weights) while the deployment's GPU worker has one 24 GB GPU
+    seventy = _model_folder(tmp_path / "llama-70b", hidden_size=8192, num_hidden_layers=80, intermediate_size=28672,
+                            num_attention_heads=64)  # fmt: skip
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 50, "model": seventy})
+    tickets(s, 60)
+    # when the schedule fires
+    d = decide(s, event("schedule.json"))
+    # then the launcher refuses the consumer (permanent: no job, one line with the arithmetic and the fixes)
+    assert d["decision"] == "invalid_task" and d["job_name"] is None and k8s.names() == [], d
+    assert "70.6 B parameters" in d["reason"] and "ICEBATCH_TENSOR_PARALLEL_SIZE" in d["reason"], d["reason"]
+    # and an 8B model on the same worker is launched
+    eight = _model_folder(tmp_path / "llama-8b")
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 50, "model": eight})
+    assert decide(s, event("schedule.json"))["decision"] == "launch"
+
+
+def test_a_model_on_s3_is_sized_from_its_config_as_the_engine_would_read_it(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    # given the model prefix on S3 (moto over HTTP) holding a 70B model's config.json and no index
+    s3 = client("s3", aws_endpoint)
+    bucket = f"models-{os.getpid()}-{random.randrange(10**6)}"
+    s3.create_bucket(Bucket=bucket)
+    config = {"hidden_size": 8192, "num_hidden_layers": 80, "vocab_size": 128256, "intermediate_size": 28672,
+              "num_attention_heads": 64, "num_key_value_heads": 8, "torch_dtype": "bfloat16"}  # fmt: skip
+    s3.put_object(Bucket=bucket, Key="llama-70b/config.json", Body=json.dumps(config).encode())
+    s = kube(settings, k8s, aws_endpoint, model_source=f"s3://{bucket}/llama-70b/")
+    tickets(s, 60)
+    # when the schedule fires, then the launcher refuses it before any job, from the config alone
+    d = decide(s, event("schedule.json"))
+    assert d["decision"] == "invalid_task" and k8s.names() == [], d
+    assert "(config.json)" in d["reason"] and f"s3://{bucket}/llama-70b/" in d["reason"], d["reason"]

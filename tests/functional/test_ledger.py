@@ -28,7 +28,7 @@ from icebatch.core.ledger import open_ledger as open_consumer_ledger
 from icebatch.core.settings import Settings
 from icebatch.tools.cli import main as icebatch_main
 from icebatch.tools.invoke import invoke
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate, generate_tickets, ticket_schema
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate, generate_tickets, ticket_schema
 from pyiceberg.expressions import EqualTo
 
 from tests.support.consumers import triage
@@ -582,7 +582,7 @@ def test_the_launcher_reads_a_new_versions_progress_without_pyarrow(any_settings
 
 def test_the_launcher_reads_a_created_but_empty_results_table_without_pyarrow(any_settings: Settings) -> None:
     # given a results table that a first run created and then failed before its first chunk
-    from icebatch_job.results import results_schema
+    from icebatch_job.commit.results import results_schema
 
     ledger = _ledger(any_settings)
     _append(ledger, 3, seed=1)

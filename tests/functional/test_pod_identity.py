@@ -36,7 +36,7 @@ import json, random, sys
 from icebatch.core.catalog import open_catalog
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 from tests.support.consumers import triage
 from tests.support.runs import ledger_ids, run_once, source_ids
 

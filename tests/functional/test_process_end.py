@@ -2,9 +2,9 @@
 
 A reader of the job's output (a pipe, a RayJob's pod, the GPU node under it) waits for the process and its
 streams to end, and nothing the job started may outlive it. These tests drive the job's entry point pieces
-as the process uses them: the end of the process (``icebatch_job.runtime.end_process``), the kernel's
-guarantees it asks for (``icebatch_job.lineage``) and its watchdog (``icebatch_job.reaper``). The real job
-ended every way, with its engine, is tests/hygiene.
+as the process uses them: the end of the process (``icebatch_job.process.runtime.end_process``), the
+kernel's guarantees it asks for (``icebatch_job.process.lineage``) and its watchdog
+(``icebatch_job.process.reaper``). The real job ended every way, with its engine, is tests/hygiene.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ CODE = f"{ROOT / 'functions'}:{ROOT / 'jobimage'}"  # this clone's code, in ever
 
 ENDING = """
 import atexit, sys, threading, time
-from icebatch_job.runtime import end_process
+from icebatch_job.process.runtime import end_process
 
 class TornDown:
     def __del__(self):
@@ -66,7 +66,7 @@ def test_the_job_process_ends_with_the_status_it_was_given() -> None:
 
 WATCHED = """
 import os, subprocess, sys, time
-from icebatch_job.reaper import start_reaper
+from icebatch_job.process.reaper import start_reaper
 
 child = subprocess.Popen(["sleep", "300"], start_new_session=True)  # in a group of its own, as vLLM's are
 watchdog = start_reaper(poll_seconds=3600)  # it looks for the job's descendants now, then not for an hour
@@ -131,7 +131,7 @@ def test_the_watchdog_outlives_a_kill_of_the_jobs_whole_process_group() -> None:
 PARENT_OF_A_DYING_CHILD = """
 import subprocess, sys
 child = subprocess.Popen([sys.executable, "-c", (
-    "import os, sys, time; from icebatch_job.lineage import die_with_parent; "
+    "import os, sys, time; from icebatch_job.process.lineage import die_with_parent; "
     "assert die_with_parent(); print(os.getpid(), flush=True); time.sleep(300)"
 )], start_new_session=True)  # not in the parent's group: a signal to the group does not reach it
 print(child.pid, flush=True)
@@ -160,7 +160,7 @@ def test_a_process_that_asked_dies_when_its_parent_is_killed() -> None:
 
 SUBREAPER = """
 import os, subprocess, sys, time
-from icebatch_job.lineage import adopt_orphans, end_descendants
+from icebatch_job.process.lineage import adopt_orphans, end_descendants
 assert adopt_orphans()
 # a child that starts a grandchild in a session of its own, then exits: the grandchild is an orphan
 middle = subprocess.Popen([sys.executable, "-c",

@@ -21,9 +21,9 @@ from icebatch.core.ledger import ResultsLedger, open_ledger
 from icebatch.core.settings import Settings
 from icebatch.tools.cli import main as icebatch_main
 from icebatch.tools.invoke import invoke
-from icebatch_job.done import DoneRows
-from icebatch_job.source import IncrementalIcebergDatasource, plan_range
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.commit.done import DoneRows
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.plan.source import IncrementalIcebergDatasource, plan_range
 from pyiceberg.types import IntegerType, LongType
 from ray import cloudpickle
 
@@ -388,7 +388,7 @@ def test_added_and_widened_columns_and_a_new_partition_spec_change_nothing(setti
 
 
 # --------------------------------------------------------------------------------------------------
-# deletes, overwrites, upserts: verdicts follow the rows' content (icebatch_job.identity)
+# deletes, overwrites, upserts: verdicts follow the rows' content (icebatch_job.plan.identity)
 # --------------------------------------------------------------------------------------------------
 def _verdicts(ledger: ResultsLedger) -> list[dict[str, Any]]:
     table = ledger.results()

@@ -28,8 +28,8 @@ from icebatch.core.ledger import open_ledger
 from icebatch.core.rules import PATTERNS, fill
 from icebatch.core.settings import Settings
 from icebatch.tools.invoke import invoke
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 from icebatch_job.job import publish
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.aws import REGION, client
 from tests.support.consumers import consumers_file, triage

@@ -12,7 +12,7 @@ from icebatch.core.catalog import open_catalog
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
 from icebatch.tools.cli import main as icebatch_main
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.consumers import TASKS, consumers_file, triage
 from tests.support.runs import run_once

@@ -23,7 +23,7 @@ from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import Consumer, consumer_named, load_consumers
 from icebatch.core.errors import EXIT_INTERRUPTED, EXIT_OK
 from icebatch.core.settings import Settings
-from icebatch_job.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.consumers import consumers_file
 from tests.support.cpu import pytest_runtest_makereport  # noqa: F401 (a red test here names its CPU)

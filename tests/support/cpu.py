@@ -14,7 +14,7 @@ FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"
 
 def cpu_summary(cpuinfo: str | None = None) -> str:
     """``model name; flags: ...; native bf16: yes|no`` from ``/proc/cpuinfo`` (its text, when given)."""
-    from icebatch_job.runtime import cpu_has_native_bf16
+    from icebatch_job.process.runtime import cpu_has_native_bf16
 
     if cpuinfo is None:
         try:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyiceberg.catalog
 import pyiceberg.table
 import pyiceberg.table.update as updates_module
-from icebatch_job.tickets import append_tickets, arrow_schema, generate_tickets
+from icebatch_job.example.tickets import append_tickets, arrow_schema, generate_tickets
 
 
 def _update_without_deep_copy(

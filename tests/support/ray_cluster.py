@@ -136,7 +136,7 @@ def engine_replicas(logs: Path) -> dict[int, dict[str, object]]:
     replicas: dict[int, dict[str, object]] = {}
     for err in logs.glob("worker-*.err"):
         text = err.read_text(errors="replace")
-        if "EngineStageUDF" not in text:  # icebatch_job.engine_processes wraps Ray Data LLM's vLLMEngineStageUDF
+        if "EngineStageUDF" not in text:  # icebatch_job.stages.engine_stage wraps Ray Data LLM's vLLMEngineStageUDF
             continue
         pid = int(err.stem.rsplit("-", 1)[1])
         node = ""

@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan
 from icebatch.core.task import TaskSpec
-from icebatch_job.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
-from icebatch_job.results import RunStats, result_row, results_arrow_schema
-from icebatch_job.source import read_rows
-from icebatch_job.work import last_commit, plan_work
+from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
+from icebatch_job.commit.results import RunStats, result_row, results_arrow_schema
+from icebatch_job.plan.source import read_rows
+from icebatch_job.plan.work import last_commit, plan_work
 from pyiceberg.table import Table
 
 from tests.support.consumers import triage

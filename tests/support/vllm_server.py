@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from icebatch_job.pipeline import engine_dtype
-from icebatch_job.runtime import cpu_has_native_bf16
+from icebatch_job.process.runtime import cpu_has_native_bf16
+from icebatch_job.stages.pipeline import engine_dtype
 
 
 def free_port() -> int:

@@ -51,7 +51,7 @@ def test_a_random_weight_model_builds_the_jobs_prompts(
     """The GPU bench's Llama-3.1-8B shape and ``pipeline_vs_bare --model small`` run the job's prompt stage:
     their folders need the tiny model's chat template, not only its tokenizer."""
     from icebatch.core.task import load_task
-    from icebatch_job.prompts import PromptBuilder
+    from icebatch_job.stages.prompts import PromptBuilder
     from transformers import AutoTokenizer
 
     from bench import gpu, pipeline_vs_bare

@@ -15,7 +15,7 @@ from icebatch.core.errors import EXIT_BROKEN_PIPE
 from icebatch.core.settings import Settings
 from icebatch.tools.cli import data
 from icebatch.tools.cli import main as icebatch_main
-from icebatch_job.interrupts import JobStalled
+from icebatch_job.process.interrupts import JobStalled
 
 pytestmark = pytest.mark.unit
 

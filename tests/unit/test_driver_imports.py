@@ -13,7 +13,7 @@ pytestmark = pytest.mark.unit
 PROBE = textwrap.dedent(
     """
     import sys
-    from icebatch_job.driver_imports import driver_imports
+    from icebatch_job.process.driver_imports import driver_imports
 
     with driver_imports(usage_stats=sys.argv[2] != "0"):
         # what ray.data.llm.build_processor imports; ray.llm's errors module tries `import vllm`
@@ -72,7 +72,7 @@ FINAL_ONLY_PROBE = textwrap.dedent(
     """
     import pickle, sys
     from icebatch.core.task import load_task
-    from icebatch_job.prompts import PromptStage
+    from icebatch_job.stages.prompts import PromptStage
 
     stage = PromptStage(load_task(), sys.argv[1], 2048, True, data_column="__data")
     out = stage({"ticket_id": ["t-1", "t-2"], "subject": ["Charged twice", "x"], "body": ["Refund?", "y"],
@@ -102,7 +102,7 @@ def test_the_engine_is_asked_for_final_outputs_only_without_vllm_in_the_prompt_s
     assert done.returncode == 0, done.stderr[-2000:]
     # then the prompt stage never imported vLLM, and the engine builds SamplingParams that return only the final
     # output (as vllm.LLM does): no per-token output objects and wake-ups in the engine's front end, and no
-    # detokenizing as tokens arrive (the engine's actor decodes each answer once: icebatch_job.engine_outputs)
+    # detokenizing as tokens arrive (the engine's actor decodes each answer once: icebatch_job.stages.engine_outputs)
     assert "prompt stage imported vllm: False" in done.stdout, done.stdout
     assert "final only: True detokenize: False" in done.stdout, done.stdout
     # and each row has its own sampling dict (the engine pops keys from it; rows may travel as one pickle)

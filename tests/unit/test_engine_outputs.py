@@ -13,7 +13,7 @@ from icebatch_job.columns import (
     PARSED_FIELDS,
     SOURCE_ID,
 )
-from icebatch_job.engine_outputs import engine_sampling, finished_rows
+from icebatch_job.stages.engine_outputs import engine_sampling, finished_rows
 
 pytestmark = pytest.mark.unit
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 from icebatch.core.settings import Settings
-from icebatch_job.model import is_remote_model
-from icebatch_job.pipeline import engine_config, in_flight_rows, processor_config
-from icebatch_job.runtime import cpu_has_native_bf16, engine_has_native_bf16, job_environment, usage_stats_on
+from icebatch_job.process.runtime import (
+    cpu_has_native_bf16,
+    engine_has_native_bf16,
+    is_remote_model,
+    job_environment,
+    usage_stats_on,
+)
+from icebatch_job.stages.pipeline import engine_config, in_flight_rows, processor_config
 
 pytestmark = pytest.mark.unit
 
@@ -147,7 +152,7 @@ def test_tensor_parallelism_reaches_the_engine_and_ray_places_its_gpus() -> None
 def test_more_replicas_grow_the_chunk_instead_of_failing_the_run() -> None:
     # the defect: at the defaults two replicas kept 704 rows in flight, and the 1,000-row chunk failed every
     # run at start (ConfigError) -- the launcher gives a large backlog up to the consumer's max_gpus (4)
-    from icebatch_job.window import chunk_size, commit_every
+    from icebatch_job.commit.window import chunk_size, commit_every
 
     four = Settings(concurrency=4)
     in_flight = in_flight_rows(four)

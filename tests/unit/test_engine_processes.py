@@ -1,4 +1,5 @@
-"""The engine's processes come from a fork server that imported what they need once (icebatch_job.engine_processes).
+"""The engine's processes come from a fork server that imported what they need once
+(icebatch_job.process.engine_processes).
 
 The fork server is a process-wide singleton of ``multiprocessing``, so each check runs in a child interpreter
 of its own, started the way a Ray actor would start vLLM's processes.
@@ -14,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from icebatch_job.engine_processes import omp_binding, uses_fork_server
+from icebatch_job.process.engine_processes import omp_binding, process_start_on, uses_fork_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ SCRIPT = textwrap.dedent(
     """
     import json, os, sys
 
-    from icebatch_job.engine_processes import EngineServerContext, start_fork_server
+    from icebatch_job.process.engine_processes import EngineServerContext, start_fork_server
 
 
     def report(queue):
@@ -128,7 +129,7 @@ BOUND_SCRIPT = textwrap.dedent(
 
     import torch  # loaded, with its OpenMP runtime, before the fork: as in vLLM's engine core
 
-    from icebatch_job.engine_processes import BoundForkContext
+    from icebatch_job.process.engine_processes import BoundForkContext
 
 
     def report(queue):
@@ -176,3 +177,17 @@ def test_a_forked_model_worker_is_bound_as_vllm_binds_a_spawned_one(tmp_path: Pa
     # and places the machine does not have are left out, as OpenMP leaves them: never a failed start
     assert (out["partly"]["exitcode"], out["partly"]["cpus"]) == (0, [out["cpu"]])
     assert (out["nowhere"]["exitcode"], out["nowhere"]["cpus"]) == (0, out["allowed"])
+
+
+@pytest.mark.parametrize(
+    ("device", "setting", "expected"),
+    [
+        ("cpu", "auto", "forkserver"),
+        ("gpu", "auto", "spawn"),
+        ("gpu", "forkserver", "forkserver"),
+        ("cpu", "spawn", "spawn"),
+    ],
+)
+def test_the_fork_server_is_the_default_only_where_it_was_measured(device: str, setting: str, expected: str) -> None:
+    # given ICEBATCH_ENGINE_PROCESS_START and the engine's device; then auto forks on CPU and spawns on a GPU
+    assert process_start_on(device, setting) == expected

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from icebatch.core.errors import ModelUnavailableError, TransientError
 from icebatch.core.settings import Settings
-from icebatch_job.model import check_model
+from icebatch_job.stages.model import check_model
 
 pytestmark = pytest.mark.unit
 

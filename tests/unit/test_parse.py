@@ -19,8 +19,8 @@ from icebatch_job.columns import (
     TOKENIZED_PROMPT,
     TRUNCATED,
 )
-from icebatch_job.parse import ResultParser
-from icebatch_job.results import STATUS_EMPTY, STATUS_ERROR, STATUS_INVALID, STATUS_OK
+from icebatch_job.commit.results import STATUS_EMPTY, STATUS_ERROR, STATUS_INVALID, STATUS_OK
+from icebatch_job.stages.parse import ResultParser
 
 pytestmark = pytest.mark.unit
 TASK = load_task()

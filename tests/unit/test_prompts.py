@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 from icebatch.core.task import load_task
-from icebatch_job.prompts import PromptBuilder
+from icebatch_job.stages.prompts import PromptBuilder
 
 pytestmark = pytest.mark.unit
 TASK = load_task()
@@ -69,7 +69,7 @@ def test_blank_inputs_are_marked_empty() -> None:
 def test_an_answer_to_an_empty_ticket_is_not_taken_as_labels() -> None:
     from datetime import UTC, datetime
 
-    from icebatch_job.results import STATUS_EMPTY, result_row
+    from icebatch_job.commit.results import STATUS_EMPTY, result_row
 
     row = result_row(source_id=1, source_file="f", source_pos=0, run_id="r", task=TASK, processed_at=datetime.now(UTC),
                      model="m", raw_output='{"sentiment": "positive"}', empty_input=True)  # fmt: skip
@@ -77,7 +77,7 @@ def test_an_answer_to_an_empty_ticket_is_not_taken_as_labels() -> None:
 
 
 def test_the_endpoint_request_breaks_up_chat_markup() -> None:
-    from icebatch_job.endpoint import request_body
+    from icebatch_job.stages.endpoint import request_body
 
     body = request_body(TASK, _row("hi <|system|> x </s> [INST]"), "m", structured=False)
     user = body["messages"][-1]["content"]

@@ -110,3 +110,15 @@ def test_every_variable_names_one_setting_in_one_section() -> None:
             assert field not in seen, f"{field} is in {seen.get(field)} and {name}"
             seen[field] = name
     assert set(JOB_SECTIONS) <= set(SECTIONS)
+
+
+def test_a_worker_shared_memory_that_leaves_the_engine_no_room_is_a_config_error() -> None:
+    # given a worker whose memory-backed /dev/shm (counted in its memory limit) leaves under 6 GiB beside it
+    with pytest.raises(ConfigError, match="ICEBATCH_WORKER_SHM") as refused:
+        Settings.from_env({"ICEBATCH_WORKER_MEMORY": "12Gi", "ICEBATCH_WORKER_SHM": "8Gi"})
+    # then the settings are refused with what to change, not a pod OOM-killed while it loads the model
+    assert "raise ICEBATCH_WORKER_MEMORY or lower ICEBATCH_WORKER_SHM" in str(refused.value)
+    roomy = Settings.from_env({"ICEBATCH_WORKER_MEMORY": "12Gi", "ICEBATCH_WORKER_SHM": "6Gi"})
+    assert roomy.cluster.worker_shm == "6Gi"
+    with pytest.raises(ConfigError, match="ICEBATCH_WORKER_SHM"):
+        Settings.from_env({"ICEBATCH_WORKER_SHM": "2 GB"})

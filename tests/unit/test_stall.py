@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
-from icebatch_job.interrupts import Interrupts, JobStalled
-from icebatch_job.stall import StallWatch, stall_reason
+from icebatch_job.process.interrupts import Interrupts, JobStalled
+from icebatch_job.process.stall import StallWatch, stall_reason
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from icebatch.core.errors import TaskSpecError
 from icebatch.core.task import DEFAULT_TASK, load_task
-from icebatch_job.endpoint import request_body
-from icebatch_job.results import STATUS_ERROR, STATUS_INVALID, STATUS_OK, result_row, results_schema
+from icebatch_job.commit.results import STATUS_ERROR, STATUS_INVALID, STATUS_OK, result_row, results_schema
+from icebatch_job.stages.endpoint import request_body
 
 pytestmark = pytest.mark.unit
 TASK = load_task()

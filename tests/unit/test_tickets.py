@@ -5,7 +5,7 @@ from collections import Counter
 from datetime import UTC, datetime
 
 import pytest
-from icebatch_job.tickets import SCENARIOS, generate_tickets
+from icebatch_job.example.tickets import SCENARIOS, generate_tickets
 
 pytestmark = pytest.mark.unit
 

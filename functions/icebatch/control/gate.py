@@ -9,7 +9,8 @@
 
 In this order, it never launches: for an event that does not concern the consumer ("ignored"); for a
 consumer that cannot run as it stands ("source_replaced": its source table is another table than the one
-its ledger follows; "invalid_task": a column its task reads is missing or was dropped; permanent errors
+its ledger follows; "invalid_task": a column its task reads is missing or was dropped, or its model's
+weights do not fit the GPU worker (``icebatch.core.sizing``); permanent errors
 that an operator resolves, alarmed, never retried, never a GPU job); beside
 a job of the same range ("already_launched") or another active job of the consumer; with nothing new;
 past ``max_attempts`` failed attempts from the same watermark; when the run's estimate exceeds the

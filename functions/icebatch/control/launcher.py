@@ -24,6 +24,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 from icebatch.control.backends import JobBackend
 from icebatch.control.gate import ActiveJob, Decision, GateInput, GateResult, Refusal, decide
 from icebatch.control.jobs import JobState
+from icebatch.control.model_files import model_problem
 from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_name, range_tag
 from icebatch.control.triggers import Trigger, relevance
 from icebatch.core.bus import EventPublisher
@@ -161,6 +162,8 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
     tag = range_tag(ctx.settings.top.deployment, consumer.name, consumer.task_version, watermark.source_snapshot_id)
     if backlog.rows <= 0:
         return Observation(backlog=backlog, age_seconds=age, tag=tag)
+    if problem := model_problem(consumer, ctx.settings):  # before a GPU node is bought for it
+        return Observation(refusal=Refusal("invalid_task", problem))
     jobs = ctx.jobs(consumer.name)
     same = [j for j in jobs if j.from_tag == tag]
     active = next((j for j in jobs if not j.terminal), None)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from icebatch.core.consumers import Consumer
+from icebatch.core.instances import MIB, parse_memory
 from icebatch.core.settings import Settings
 
 API_VERSION = "ray.io/v1"
@@ -30,6 +31,8 @@ LABEL = "icebatch.io"
 MAX_NAME = 47
 METRICS_PORT = 8080  # Ray's Prometheus endpoint (vLLM engine metrics included); jobimage/k8s/podmonitor.yaml
 POD_HOME = "/tmp/icebatch"  # the workers' NVMe-backed emptyDir (the model is downloaded there)
+HEAD_SHM = "1Gi"  # the head's /dev/shm: its object store holds what the driver puts (plans, permits), not rows
+OBJECT_STORE_SHARE = 0.8  # of a pod's /dev/shm
 
 
 def range_tag(deployment: str, consumer: str, task_version: int, watermark: int | None) -> str:
@@ -120,9 +123,20 @@ def _submitter(settings: Settings) -> dict[str, Any]:
     return {"spec": {"restartPolicy": "Never", "containers": [container], **_on_cpu_pool(settings)}}
 
 
+def shared_memory(size: str) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """A memory-backed ``/dev/shm`` of ``size`` (a container's is 64 MB) for Ray's object store, which takes
+    ``OBJECT_STORE_SHARE`` of it (the rest: NCCL, vLLM's queues): the volume, its mount, Ray's start parameter.
+    It counts in the pod's memory limit (``ClusterSettings`` checks the room left)."""
+    volume = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+    store = int(parse_memory(size) * MIB * OBJECT_STORE_SHARE)
+    return volume, {"name": "dshm", "mountPath": "/dev/shm"}, {"object-store-memory": str(store)}
+
+
 def _head(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dict[str, Any]:
+    volume, mount, store = shared_memory(HEAD_SHM)
+    params = {"num-cpus": "0", "dashboard-host": "0.0.0.0", "metrics-export-port": str(METRICS_PORT), **store}
     return {
-        "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0", "metrics-export-port": str(METRICS_PORT)},
+        "rayStartParams": params,
         "template": {
             "metadata": {"labels": labels(spec.deployment, spec.consumer.name, spec.tag)},
             "spec": {
@@ -144,8 +158,10 @@ def _head(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dict[
                             {"containerPort": 10001, "name": "client"},
                             {"containerPort": METRICS_PORT, "name": "metrics"},
                         ],
+                        "volumeMounts": [mount],
                     }
                 ],
+                "volumes": [volume],
             },
         },
     }
@@ -160,6 +176,7 @@ def _gpu_affinity(types: list[str]) -> dict[str, Any]:
 def _worker(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dict[str, Any]:
     """One worker per engine replica, each with the replica's GPUs (tensor parallelism stays inside a worker)."""
     cluster, gpus = settings.cluster, str(settings.engine.tensor_parallel_size)
+    shm, shm_mount, store = shared_memory(cluster.worker_shm)
     container = {
         "name": "ray-worker",
         "image": settings.kubernetes.job_image,
@@ -169,14 +186,14 @@ def _worker(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dic
             "limits": {"memory": cluster.worker_memory, "nvidia.com/gpu": gpus},
         },
         "ports": [{"containerPort": METRICS_PORT, "name": "metrics"}],
-        "volumeMounts": [{"name": "model-cache", "mountPath": POD_HOME}],
+        "volumeMounts": [{"name": "model-cache", "mountPath": POD_HOME}, shm_mount],
     }
     return {
         "groupName": "gpu",
         "replicas": spec.gpus,
         "minReplicas": spec.gpus,
         "maxReplicas": spec.gpus,
-        "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
+        "rayStartParams": {"metrics-export-port": str(METRICS_PORT), **store},
         "template": {
             "metadata": {"labels": labels(spec.deployment, spec.consumer.name, spec.tag)},
             "spec": {
@@ -186,7 +203,7 @@ def _worker(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dic
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                 "affinity": _gpu_affinity(cluster.hosting_instance_types(settings.engine.tensor_parallel_size)),
                 "containers": [container],
-                "volumes": [{"name": "model-cache", "emptyDir": {}}],
+                "volumes": [{"name": "model-cache", "emptyDir": {}}, shm],
             },
         },
     }

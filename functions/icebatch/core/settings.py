@@ -230,6 +230,11 @@ class KubernetesSettings(Section):
     job_backoff_limit: int = Field(default=1, ge=0, le=100, description="`backoffLimit` of the RayJob.")
 
 
+# What a GPU worker's processes need in host memory besides /dev/shm: the engine (vLLM, torch, the CUDA
+# context, one safetensors shard at a time while loading), Ray's raylet and the worker (README "Sizing").
+ENGINE_HOST_MIB = 6 * 1024
+
+
 class ClusterSettings(Section):
     title: ClassVar[str] = "cluster"
 
@@ -253,6 +258,12 @@ class ClusterSettings(Section):
         description="Memory request (and limit) of a GPU worker pod. It must fit what Karpenter leaves "
         "allocatable on the instance types, or Karpenter buys a bigger, dearer node.",
     )
+    worker_shm: str = Field(
+        default="2Gi",
+        description="Memory-backed `/dev/shm` of a GPU worker pod (a container's is 64 MB otherwise): Ray's object "
+        "store (80 % of it, `object-store-memory`) and NCCL live there. It counts in ICEBATCH_WORKER_MEMORY, "
+        f"which must leave at least {ENGINE_HOST_MIB // 1024} Gi beside it for the engine's processes.",
+    )
     job_ttl_seconds: int = Field(
         default=60, ge=0, le=7 * 86400, description="`ttlSecondsAfterFinished`: how long a finished cluster lingers."
     )
@@ -266,11 +277,22 @@ class ClusterSettings(Section):
         parse_cpu(value)
         return value
 
-    @field_validator("worker_memory")
+    @field_validator("worker_memory", "worker_shm")
     @classmethod
     def _memory_quantity(cls, value: str) -> str:
         parse_memory(value)
         return value
+
+    @model_validator(mode="after")
+    def _room_beside_the_shared_memory(self) -> ClusterSettings:
+        left = parse_memory(self.worker_memory) - parse_memory(self.worker_shm)
+        if left < ENGINE_HOST_MIB:
+            raise ValueError(
+                f"ICEBATCH_WORKER_MEMORY={self.worker_memory} leaves {max(left, 0)} MiB beside ICEBATCH_WORKER_SHM="
+                f"{self.worker_shm} (memory-backed, counted in the pod's limit); the engine's processes need "
+                f"{ENGINE_HOST_MIB} MiB: raise ICEBATCH_WORKER_MEMORY or lower ICEBATCH_WORKER_SHM"
+            )
+        return self
 
     @property
     def worker_requests(self) -> Resources:
@@ -357,11 +379,12 @@ class EngineSettings(Section):
         description="vLLM's engine stats (queues, KV cache use, latencies) on Ray's Prometheus endpoint (default: on "
         "for GPU, off for CPU, where collecting them costs ~8 % of generation on two cores; `vllm.LLM` has them off).",
     )
-    engine_process_start: Literal["forkserver", "spawn"] = Field(
-        default="forkserver",
+    engine_process_start: Literal["auto", "forkserver", "spawn"] = Field(
+        default="auto",
         description="How an engine replica starts vLLM's engine core and model worker: forked from a server that "
         "imported vLLM once (`forkserver`), or vLLM's `spawn` in a Ray actor (each imports vLLM again, ~5 s each "
-        "on CPU). Tensor parallelism over Ray always spawns.",
+        "on CPU). `auto`: the fork server on CPU (where it was measured), spawn on a GPU (where it was not: "
+        "`make bench-gpu` records which it ran). Tensor parallelism over Ray always spawns.",
     )
     batch_size: int = Field(default=64, ge=1, le=65_536, description="Rows per batch sent to an engine replica.")
     concurrency: int = Field(

@@ -56,7 +56,7 @@ class Demo:
         return decisions
 
     def model(self) -> None:
-        from icebatch_job.model import resolve_model
+        from icebatch_job.stages.model import resolve_model
 
         model = resolve_model(self.settings)
         tiny = (
@@ -67,7 +67,7 @@ class Demo:
         self.out(f"    {model}{tiny}")
 
     def tickets(self, tickets: int, batches: int) -> None:
-        from icebatch_job.tickets import ensure_source_table, generate
+        from icebatch_job.example.tickets import ensure_source_table, generate
 
         from icebatch.core.catalog import open_catalog
 

@@ -28,7 +28,7 @@ from icebatch.core.settings import Settings, ensure_folder
 from icebatch.core.untrusted import one_line
 
 if TYPE_CHECKING:
-    from icebatch_job.interrupts import Interrupts
+    from icebatch_job.process.interrupts import Interrupts
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ def _interrupts(settings: Settings) -> Interrupts | None:
     """SIGTERM/SIGINT (Ctrl-C) stop an in-process job as they stop the job's own process: the finished rows
     committed, a resumable failure reported; so does a stall (``ICEBATCH_STALL_SECONDS``). Only from the
     main thread, where signals arrive (a launcher called from another thread runs the job without them)."""
-    from icebatch_job.interrupts import Interrupts
+    from icebatch_job.process.interrupts import Interrupts
 
     if threading.current_thread() is not threading.main_thread():
         return None
@@ -268,7 +268,7 @@ def start_local_head(settings: Settings) -> None:
     import subprocess
     import sys
 
-    from icebatch_job.runtime import job_environment, ray_temp_dir
+    from icebatch_job.process.runtime import job_environment, ray_temp_dir
 
     env = {**os.environ, **job_environment(settings, device="cpu"), "RAY_AUTH_MODE": "disabled"}
     bindir = os.path.dirname(sys.executable)

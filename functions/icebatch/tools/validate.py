@@ -3,9 +3,10 @@
 What `dbt debug` is to dbt. For each consumer, in order (a check that cannot be made stops that consumer's):
 the catalog, the source table, its identity (the table the ledger follows), the task's columns in the source's
 current schema (by field id: ``icebatch.core.ledger.columns``), the results table's columns against the task's,
-the model (where it is said to be, and a context as long as ``ICEBATCH_MAX_MODEL_LEN``). Each problem is one
-line naming the consumer and what to fix; the launcher makes the same source, identity and column checks
-before it submits anything (``invalid_task``, ``source_replaced``).
+the model (where it is said to be, and a context as long as ``ICEBATCH_MAX_MODEL_LEN``), and on kuberay its
+weights against the GPU worker's memory. Each problem is one line naming the consumer and what to fix; the
+launcher makes the same source, identity, column and GPU-memory checks before it submits anything
+(``invalid_task``, ``source_replaced``).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def _validate(settings: Settings, consumer: Consumer) -> Verdict:
         check("columns", lambda: _columns(ledger, source, progress.watermark))
         check("results", lambda: _results(ledger, consumer))
         check("model", lambda: _model(settings, consumer))
+        if settings.top.backend == "kuberay":
+            check("gpu memory", lambda: _fits(settings, consumer))
     except _Stop:
         pass
     return verdict
@@ -120,7 +123,7 @@ def _columns(ledger: ResultsLedger, source: Table, watermark: Any) -> str:
 
 def _results(ledger: ResultsLedger, consumer: Consumer) -> str:
     """The results table's columns can take the task's answers (a column of another type cannot)."""
-    from icebatch_job.results import results_schema
+    from icebatch_job.commit.results import results_schema
 
     from icebatch.core.errors import InvalidTaskError
 
@@ -144,7 +147,7 @@ def _results(ledger: ResultsLedger, consumer: Consumer) -> str:
 
 def _model(settings: Settings, consumer: Consumer) -> str:
     """Where the model is said to be, and a context as long as ICEBATCH_MAX_MODEL_LEN."""
-    from icebatch_job.model import check_model
+    from icebatch_job.stages.model import check_model
 
     from icebatch.core.errors import InvalidTaskError
 
@@ -164,6 +167,16 @@ def _model(settings: Settings, consumer: Consumer) -> str:
             "less, or choose a model with a longer context"
         )
     return f"{source} (context {longest if isinstance(longest, int) else '?'} >= {wanted})"
+
+
+def _fits(settings: Settings, consumer: Consumer) -> str:
+    """The model's weights against the GPU worker's memory, as the launcher checks them (``invalid_task``)."""
+    from icebatch.control.model_files import model_problem
+    from icebatch.core.errors import InvalidTaskError
+
+    if problem := model_problem(consumer, settings):
+        raise InvalidTaskError(problem)
+    return "the weights fit the GPU worker (or the model is sized by the engine at start)"
 
 
 def _local_config(source: str) -> dict[str, Any] | None:

@@ -27,8 +27,9 @@ results table, beside the old version's rows, which stay untouched.
 - ``backlog``: what is new, from the source table's metadata only;
 - ``ledger``: ``ResultsLedger`` — plan (or resume) a range, commit its chunks, reset, discard.
 
-Reading the rows of a range (Arrow batches, a Ray dataset) lives in ``icebatch_job.source``; writing
-result rows into data files in ``icebatch_job.results``; cutting a run into chunks in ``icebatch_job.chunks``.
+Reading the rows of a range (Arrow batches, a Ray dataset) lives in ``icebatch_job.plan.source``;
+writing result rows into data files in ``icebatch_job.commit.results``; cutting a run into chunks in
+``icebatch_job.commit.chunks``.
 """
 
 from icebatch.core.ledger.backlog import Backlog, SkippedSnapshot, compute_backlog, pin_range_end

@@ -7,7 +7,7 @@ What each snapshot operation means for the backlog:
 - ``replace`` (compaction): adds no new rows; skipped.
 - ``overwrite`` (MERGE/UPDATE, dynamic partition overwrite, a copy-on-write delete) and ``delete``: its
   added rows are counted in ``Backlog.skipped_rows``, not as new: most are copies of rows already there. A
-  run over a range holding one reads the rows it left by content (``icebatch_job.identity``): a copy of a
+  run over a range holding one reads the rows it left by content (``icebatch_job.plan.identity``): a copy of a
   labelled row is not labelled again, a changed or new one is, and verdicts of deleted rows are removed.
 
 If the watermark is no longer in the history of the source table's current snapshot (rolled back, or

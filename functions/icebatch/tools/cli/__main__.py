@@ -1,4 +1,4 @@
-from icebatch_job.runtime import end_process
+from icebatch_job.process.runtime import end_process
 
 from icebatch.tools.cli import main
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch_job.tickets import ensure_source_table, generate
+    from icebatch_job.example.tickets import ensure_source_table, generate
 
     from icebatch.core.catalog import open_catalog
 

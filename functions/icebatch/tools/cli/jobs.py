@@ -14,7 +14,7 @@ def cmd_job_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_model_tiny(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch_job.tiny_model import build_tiny_model
+    from icebatch_job.example.tiny_model import build_tiny_model
 
     print(build_tiny_model(settings.tiny_model_dir, force=args.force))
     return 0

@@ -98,7 +98,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "After ICEBATCH_MAX_ATTEMPTS failed jobs from the same watermark, launches stop until an operator has\n"
         "looked: fix the cause, then `icebatch ledger reset` or delete the failed jobs' records/RayJobs.\n"
         "A run whose estimate exceeds the consumer's budget is refused: `icebatch estimate` shows it.\n"
-        "A consumer that cannot run as it stands (invalid_task: a column its task reads is missing or dropped;\n"
+        "A consumer that cannot run as it stands (invalid_task: a column its task reads is missing or dropped,\n"
+        "or, on kuberay, its model's weights do not fit the GPU worker;\n"
         "source_replaced: its source table was dropped and created again) is refused with exit status 2.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

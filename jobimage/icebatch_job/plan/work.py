@@ -1,6 +1,6 @@
 """What one attempt of a run reads and what its last commit removes: the range's planned files, the rows
 earlier attempts committed, and over a range that deleted or rewrote rows, the rows whose content already
-has a verdict (``icebatch_job.identity``). The job (``job.prepare``) and the ledger tests use it alike."""
+has a verdict (``icebatch_job.plan.identity``). The job (``job.prepare``) and the ledger tests use it alike."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 from icebatch.core.ledger import Key, ResultsLedger, RunPlan
 from icebatch.core.task import TaskSpec
 
-from icebatch_job.chunks import RunProgress, load_progress
-from icebatch_job.done import DoneRows
-from icebatch_job.identity import labelled_ids, removals, unchanged
-from icebatch_job.source import PlannedRange, plan_range, read_rows
+from icebatch_job.commit.chunks import RunProgress, load_progress
+from icebatch_job.commit.done import DoneRows
+from icebatch_job.plan.identity import labelled_ids, removals, unchanged
+from icebatch_job.plan.source import PlannedRange, plan_range, read_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -4,7 +4,7 @@ A RayJob can wait without failing: for a GPU node that never comes, an engine th
 lost with rows on it while Ray tries to recover them. Kubernetes ends it only at ``activeDeadlineSeconds``
 (``ICEBATCH_JOB_DEADLINE_SECONDS``, 4 h by default), billing its nodes all along. So the driver watches its
 own pipeline: when it has waited ``ICEBATCH_STALL_SECONDS`` for a result (for the first one, counted from the
-pipeline's start, so the engine's start included), it stops as on SIGTERM (``icebatch_job.interrupts``): it
+pipeline's start, so the engine's start included), it stops as on SIGTERM (``icebatch_job.process.interrupts``): it
 commits the rows it has finished and reports a resumable, retryable failure naming the stall, and the
 launcher's next attempt resumes the run. Only the wait counts: the driver's own parsing and commits do not.
 """

@@ -28,10 +28,10 @@ from icebatch_job.columns import (
     TOKENIZED_PROMPT,
     TRUNCATED,
 )
-from icebatch_job.engine_outputs import engine_sampling
+from icebatch_job.stages.engine_outputs import engine_sampling
 
 if TYPE_CHECKING:
-    from icebatch_job.window import RowWindow
+    from icebatch_job.commit.window import RowWindow
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class FinalOnly:
 class PromptStage:
     """Ray Data UDF (one tokenizer per worker): adds the columns vLLM's stage reads.
 
-    With a ``window``, it first takes a permit per row (``icebatch_job.window``). With a ``data_column``
+    With a ``window``, it first takes a permit per row (``icebatch_job.commit.window``). With a ``data_column``
     (Ray Data LLM's processor's, ``__data``), each output row is wrapped the way the processor's stages
     read it, so that the processor needs no preprocess map of its own (a task per batch).
     """
@@ -137,7 +137,7 @@ class PromptStage:
     ) -> None:
         from transformers import AutoTokenizer
 
-        from icebatch_job.model import tokenizer_path
+        from icebatch_job.stages.model import tokenizer_path
 
         self.builder = PromptBuilder(task, AutoTokenizer.from_pretrained(tokenizer_path(model_path)), max_model_len)
         self.sampling = task.sampling.params()

@@ -15,7 +15,7 @@ batch through the object store once more.)
 The job commits every ``chunk - in_flight`` rows (``commit_every``; ``chunk_size`` grows the chunk when
 more replicas keep more rows in flight), where ``in_flight`` is what the
 pipeline needs in hand to keep the engine busy while a commit runs and to fill its batches
-(``icebatch_job.pipeline.in_flight_rows``).
+(``icebatch_job.stages.pipeline.in_flight_rows``).
 """
 
 from __future__ import annotations

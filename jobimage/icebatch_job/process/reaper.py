@@ -1,6 +1,6 @@
 """The one watcher: for the processes that follow their parent by looking, not by the kernel.
 
-Everything the job starts of its own ends by the kernel's guarantees (``icebatch_job.lineage``). Ray's
+Everything the job starts of its own ends by the kernel's guarantees (``icebatch_job.process.lineage``). Ray's
 agents (the dashboard agent and the runtime-env agent, started by the raylet) do not ask the kernel: they
 look for their raylet every 0.4 s and, when it was killed rather than stopped, first spend up to 60 s
 trying to tell a GCS that died with it. Killed without notice (SIGKILL, an OOM kill, a closed terminal),
@@ -23,7 +23,7 @@ import signal
 import sys
 from pathlib import Path
 
-from icebatch_job.lineage import descendants, end_processes, process_table
+from icebatch_job.process.lineage import descendants, end_processes, process_table
 
 POLL_SECONDS = 1.0
 

@@ -26,7 +26,7 @@ from icebatch_job.columns import (
     TIME_TAKEN_LLM,
     TRUNCATED,
 )
-from icebatch_job.results import result_row, results_arrow_schema
+from icebatch_job.commit.results import result_row, results_arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -20,16 +20,13 @@ from icebatch.core.errors import ModelUnavailableError, TransientError
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import summarize
 
+from icebatch_job.process.runtime import is_remote_model
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 MODEL_FIX = (
     "Set ICEBATCH_MODEL_SOURCE to a local model folder, an s3:// prefix holding config.json, the tokenizer "
     "and *.safetensors, or a Hugging Face id; or unset it to use the tiny local model"
 )
-
-
-def is_remote_model(source: str) -> bool:
-    """An object-store prefix or a hub id (``org/name``), as opposed to a local folder."""
-    return source.startswith(("s3://", "gs://", "hf://")) or (not source.startswith(("/", ".")) and "/" in source)
 
 
 def resolve_model(settings: Settings, consumer: Consumer | None = None) -> str:
@@ -38,7 +35,7 @@ def resolve_model(settings: Settings, consumer: Consumer | None = None) -> str:
     if source:
         check_model(settings, source)
         return source
-    from icebatch_job.tiny_model import build_tiny_model
+    from icebatch_job.example.tiny_model import build_tiny_model
 
     return str(build_tiny_model(settings.tiny_model_dir))
 

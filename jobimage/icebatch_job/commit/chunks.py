@@ -27,8 +27,8 @@ from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger import Chunk, CommitResult, Key, ProgressRaceError, ResultsLedger, RunPlan, RunTotals
 from icebatch.core.task import TaskSpec
 
-from icebatch_job.done import SOURCE_FILE_COLUMN, SOURCE_POS_COLUMN, DoneRows, committed_rows
-from icebatch_job.results import (
+from icebatch_job.commit.done import SOURCE_FILE_COLUMN, SOURCE_POS_COLUMN, DoneRows, committed_rows
+from icebatch_job.commit.results import (
     STATS_COLUMNS,
     STATUS_ERROR,
     RunStats,

@@ -30,8 +30,8 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
-from icebatch_job.done import DoneRows
-from icebatch_job.identity import content_hashes
+from icebatch_job.commit.done import DoneRows
+from icebatch_job.plan.identity import content_hashes
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -8,7 +8,7 @@ engine, commits the rows it has finished (``ChunkCommitter.drain``), emits "Batc
 cut in half is only settled by the next attempt). A second signal exits at once.
 
 ``stop(reason)`` does what a first SIGTERM does, from another thread, for a reason the failure reports:
-the stall watch (``icebatch_job.stall``) uses it.
+the stall watch (``icebatch_job.process.stall``) uses it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class JobInterrupted(KeyboardInterrupt):
 
 
 class JobStalled(JobInterrupted):
-    """The run waited too long for a result (``icebatch_job.stall``): stop as on SIGTERM; its text says why."""
+    """The run waited too long for a result (``icebatch_job.process.stall``): stop as on SIGTERM; its text says why."""
 
 
 class Interrupts:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_ID, SOURCE_POS
-from icebatch_job.done import DoneRows
+from icebatch_job.commit.done import DoneRows
 
 if TYPE_CHECKING:
     import pyarrow as pa

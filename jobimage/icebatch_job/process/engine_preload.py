@@ -1,11 +1,11 @@
-"""Imported by the engine's fork server (``icebatch_job.engine_processes``), never by the job's driver.
+"""Imported by the engine's fork server (``icebatch_job.process.engine_processes``), never by the job's driver.
 
 It imports vLLM's engine core once, so that every process forked from the server starts with it, and has
 the engine core fork its model worker (vLLM's default in a process that is not a Ray worker; vLLM's CPU
 platform asks for spawn) unless CUDA is initialized in it, where vLLM's own choice stands. The forked worker
 is bound to the CPUs and OpenMP threads vLLM sets for it, as a spawned one is (``BoundForkProcess``).
 
-The fork server dies with the process that started it (the engine's actor): ``icebatch_job.lineage``.
+The fork server dies with the process that started it (the engine's actor): ``icebatch_job.process.lineage``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import vllm.v1.executor.multiproc_executor as multiproc_executor
 from vllm.utils.platform_utils import cuda_is_initialized
 from vllm.utils.system_utils import get_mp_context as vllm_mp_context
 
-from icebatch_job.engine_processes import BoundForkContext, unlink_shared_memory_once_attached
-from icebatch_job.lineage import die_with_parent
+from icebatch_job.process.engine_processes import BoundForkContext, unlink_shared_memory_once_attached
+from icebatch_job.process.lineage import die_with_parent
 
 die_with_parent()  # the fork server: killed by the kernel when the engine's actor ends, however it ends
 

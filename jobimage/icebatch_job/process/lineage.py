@@ -15,7 +15,7 @@ closing), all of them end with it:
 - **On every path that runs code** (``end_descendants``, at exit, after Ray's shutdown) the job kills what
   is left of its tree and reaps it: Ray's workers still shutting down, little else.
 - Ray's agents alone follow their raylet by looking (and linger a minute when it was killed): for them, and
-  only if the job is killed without notice, a watchdog in a session of its own (``icebatch_job.reaper``).
+  only if the job is killed without notice, a watchdog in a session of its own (``icebatch_job.process.reaper``).
 
 ``runtime.own_the_tree`` does the job's part of this before it starts a Ray instance of its own.
 

@@ -21,11 +21,15 @@ from typing import Any, NoReturn
 
 from icebatch.core.settings import Settings
 
-from icebatch_job.lineage import adopt_orphans, end_descendants
-from icebatch_job.model import is_remote_model
-from icebatch_job.reaper import start_reaper
+from icebatch_job.process.lineage import adopt_orphans, end_descendants
+from icebatch_job.process.reaper import start_reaper
 
 log = logging.getLogger(__name__)
+
+
+def is_remote_model(source: str) -> bool:
+    """An object-store prefix or a hub id (``org/name``), as opposed to a local folder."""
+    return source.startswith(("s3://", "gs://", "hf://")) or (not source.startswith(("/", ".")) and "/" in source)
 
 
 def job_environment(settings: Settings, *, device: str, model: str | None = None) -> dict[str, str]:
@@ -127,7 +131,7 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False  # icebatch prints its own progress
     ctx.print_on_execution_start = False
-    # Rows for the engine carry vLLM's FINAL_ONLY as a pickled reference (icebatch_job.prompts.FinalOnly),
+    # Rows for the engine carry vLLM's FINAL_ONLY as a pickled reference (icebatch_job.stages.prompts.FinalOnly),
     # which Arrow cannot hold: say explicitly that such a column is kept as pickled Python objects (Ray's
     # default for compatibility, with a warning, might change)
     ctx.enable_fallback_to_arrow_object_ext_type = True
@@ -141,8 +145,8 @@ def own_the_tree() -> None:
     """Before this process starts a Ray instance: every process of its tree ends with it (once per process).
 
     Orphans of the tree are handed to this process (a child subreaper) and, at exit, once Ray is shut
-    down, whatever is left is killed (``icebatch_job.lineage``); a watchdog in a session of its own ends
-    what is left if this process is killed without notice (``icebatch_job.reaper``: Ray's agents).
+    down, whatever is left is killed (``icebatch_job.process.lineage``); a watchdog in a session of its own ends
+    what is left if this process is killed without notice (``icebatch_job.process.reaper``: Ray's agents).
     """
     if _owning:
         return

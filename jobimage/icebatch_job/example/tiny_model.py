@@ -31,7 +31,7 @@ CHAT_TEMPLATE = (
 def _corpus(n: int = 3000) -> list[str]:
     from icebatch.core.task import load_task
 
-    from icebatch_job.tickets import generate_tickets
+    from icebatch_job.example.tickets import generate_tickets
 
     rng = random.Random(0)
     task = load_task()

@@ -4,10 +4,10 @@ Two interchangeable middles, chosen by ``ICEBATCH_ENGINE_MODE``:
 
 - ``engine`` (default): ``ray.data.llm.build_processor(vLLMEngineProcessorConfig(...))`` with vLLM in
   the job's Ray actors; GPU when the cluster has one, vLLM's CPU build otherwise.
-- ``endpoint``: the same rows are sent to an existing OpenAI-compatible server (``icebatch_job.endpoint``).
+- ``endpoint``: the same rows are sent to an existing OpenAI-compatible server (``icebatch_job.stages.endpoint``).
 
-Either way the first stage takes the row window's permits (``icebatch_job.window``) and the driver turns
-each engine output into exactly one result row with an explicit status (``icebatch_job.parse``); nothing
+Either way the first stage takes the row window's permits (``icebatch_job.commit.window``) and the driver turns
+each engine output into exactly one result row with an explicit status (``icebatch_job.stages.parse``); nothing
 is dropped.
 """
 
@@ -22,13 +22,14 @@ from icebatch.core.settings import Settings
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.columns import SMALL_CPU
-from icebatch_job.parse import ResultParser
-from icebatch_job.prompts import PromptStage
+from icebatch_job.process.engine_processes import process_start_on
+from icebatch_job.stages.parse import ResultParser
+from icebatch_job.stages.prompts import PromptStage
 
 if TYPE_CHECKING:
     import ray.data
 
-    from icebatch_job.window import RowWindow
+    from icebatch_job.commit.window import RowWindow
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class EngineConfig:
     concurrency: int
     accelerator_type: str | None
     max_concurrent_batches: int = MIN_CONCURRENT_BATCHES
-    process_start: str = "forkserver"  # how a replica starts vLLM's processes (icebatch_job.engine_processes)
+    process_start: str = "forkserver"  # how a replica starts vLLM's processes (icebatch_job.process.engine_processes)
     metrics: bool = False  # vLLM's stats, exported to Ray's Prometheus endpoint (``disable_log_stats`` says the same)
 
 
@@ -131,7 +132,7 @@ def engine_config(settings: Settings, model_source: str, device: str, *, native_
         concurrency=settings.engine.concurrency,
         accelerator_type=settings.engine.accelerator_type if device == "gpu" else None,
         max_concurrent_batches=concurrent_batches(settings.engine.batch_size, kwargs["max_num_seqs"]),
-        process_start=settings.engine.engine_process_start,
+        process_start=process_start_on(device, settings.engine.engine_process_start),
         metrics=metrics,
     )
 
@@ -154,7 +155,7 @@ def processor_config(cfg: EngineConfig) -> Any:
         accelerator_type=cfg.accelerator_type,
         chat_template_stage=False,
         tokenize_stage=False,
-        detokenize_stage=False,  # the engine stage decodes its answers itself (icebatch_job.engine_outputs)
+        detokenize_stage=False,  # the engine stage decodes its answers itself (icebatch_job.stages.engine_outputs)
         should_continue_on_error=True,  # a failed row becomes an inference_error row, not a failed job
         log_engine_metrics=cfg.metrics,  # vLLM's metrics on Ray's Prometheus endpoint (jobimage/k8s/podmonitor.yaml)
         max_concurrent_batches=cfg.max_concurrent_batches,
@@ -181,8 +182,8 @@ def build_engine_pipeline(
     import ray.data
     from ray.data.llm import build_processor
 
-    from icebatch_job.engine_processes import EngineStageUDF
-    from icebatch_job.runtime import without_usage_telemetry
+    from icebatch_job.process.runtime import without_usage_telemetry
+    from icebatch_job.stages.engine_stage import EngineStageUDF
 
     with without_usage_telemetry():
         processor = build_processor(processor_config(cfg))
@@ -202,7 +203,7 @@ def build_engine_pipeline(
         memory=PROMPT_STAGE_MEMORY,
     )
     processor.preprocess = processor.postprocess = None  # Processor.__call__ skips a map that is None
-    # the engine's processes forked from a warm server (icebatch_job.engine_processes); a copy, as an assignment
+    # the engine's processes forked from a warm server (icebatch_job.process.engine_processes); a copy, as an assignment
     # would run the stage's validator again, which computes its resources from arguments it has consumed
     stage = processor.get_stage_by_name(ENGINE_STAGE)
     processor.stages[ENGINE_STAGE] = stage.model_copy(
@@ -224,7 +225,7 @@ class BuiltPipeline:
 
 
 def in_flight_rows(settings: Settings) -> int:
-    """Rows the pipeline needs between the read and the job to keep the engine busy (``icebatch_job.window``).
+    """Rows the pipeline needs between the read and the job to keep the engine busy (``icebatch_job.commit.window``).
 
     In-job engine: each replica's concurrent batches, plus the prompt stage's batch, the one the engine
     stage is filling and one on its way to the driver. Endpoint: the batch being answered and the one
@@ -232,7 +233,7 @@ def in_flight_rows(settings: Settings) -> int:
     """
     e = settings.engine
     if e.engine_mode == "endpoint":
-        from icebatch_job.endpoint import endpoint_batch_size
+        from icebatch_job.stages.endpoint import endpoint_batch_size
 
         return 2 * endpoint_batch_size(settings) + e.batch_size
     seqs = e.max_num_seqs or offline_max_num_seqs(e.device if e.device != "auto" else "gpu", e.tensor_parallel_size)
@@ -251,12 +252,12 @@ def build_pipeline(
 ) -> BuiltPipeline:
     """Source rows -> engine outputs, through the in-job engine or an existing endpoint (a setting)."""
     if settings.engine.engine_mode == "endpoint":
-        from icebatch_job.endpoint import build_endpoint_pipeline
+        from icebatch_job.stages.endpoint import build_endpoint_pipeline
 
         name = settings.engine.endpoint_model or "endpoint"
         dataset = build_endpoint_pipeline(source, task, settings, window=window)
         return BuiltPipeline(dataset, ResultParser(task, run_id, name), name)
-    from icebatch_job.runtime import engine_has_native_bf16
+    from icebatch_job.process.runtime import engine_has_native_bf16
 
     cfg = engine_config(settings, model, device, native_bf16=engine_has_native_bf16(device))
     if cfg.engine_kwargs["dtype"] != settings.engine.dtype:

@@ -5,14 +5,13 @@ vLLM starts them with ``spawn`` (forking a Ray worker is undefined behaviour: it
 connections to the cluster do not survive a fork), so each is a fresh interpreter that imports vLLM
 again: ~5 s each on CPU, one after the other, on the path to the first token.
 
-``EngineStageUDF`` wraps Ray Data LLM's vLLM stage and changes two things. Its answers leave the actor
-decoded once and with only the fields the parse reads (``icebatch_job.engine_outputs``). And before the
-actor imports vLLM it starts a multiprocessing *fork server* (``multiprocessing.forkserver``: a fresh
-interpreter, not a Ray worker, so nothing of Ray's in it) that imports vLLM's engine core
-(``icebatch_job.engine_preload``) while the actor imports vLLM's front end. The engine core is forked from
-that server; in the engine core, a plain process as under ``vllm serve``, the model worker is forked too
-(vLLM's own default outside Ray). Every process started this way gets the environment its parent had when
-it started it, as with spawn (vLLM sets variables while it builds its config).
+The engine stage (``icebatch_job.stages.engine_stage``), before its actor imports vLLM, starts a
+multiprocessing *fork server* (``multiprocessing.forkserver``: a fresh interpreter, not a Ray worker, so
+nothing of Ray's in it) that imports vLLM's engine core (``icebatch_job.process.engine_preload``) while the
+actor imports vLLM's front end. The engine core is forked from that server; in the engine core, a plain
+process as under ``vllm serve``, the model worker is forked too (vLLM's own default outside Ray). Every
+process started this way gets the environment its parent had when it started it, as with spawn (vLLM sets
+variables while it builds its config), and dies with its parent (``icebatch_job.process.lineage``).
 
 Only for an engine whose executor does not use Ray (``uni``, ``mp``: one device per replica); tensor or
 pipeline parallelism over Ray keeps vLLM's ``spawn``. ``ICEBATCH_ENGINE_PROCESS_START=spawn`` (the engine
@@ -25,17 +24,16 @@ import logging
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from multiprocessing import forkserver
 from multiprocessing.context import ForkContext, ForkProcess, ForkServerContext, ForkServerProcess
 from typing import Any
 
-from icebatch_job.engine_outputs import finished_rows
-from icebatch_job.lineage import die_with_parent
+from icebatch_job.process.lineage import die_with_parent
 
 log = logging.getLogger(__name__)
 
-PRELOAD_MODULE = "icebatch_job.engine_preload"
+PRELOAD_MODULE = "icebatch_job.process.engine_preload"
 # the engine arguments' key Ray Data LLM fills with the executor it chose (its vLLMEngineStage)
 EXECUTOR_KEY = "distributed_executor_backend"
 
@@ -152,6 +150,14 @@ def unlink_shared_memory_once_attached() -> None:
     MessageQueue.wait_until_ready = wait_until_ready  # type: ignore[method-assign]
 
 
+def process_start_on(device: str, setting: str) -> str:
+    """How the engine's processes start on ``device`` for ICEBATCH_ENGINE_PROCESS_START=``setting``: ``auto`` is
+    the fork server on CPU, where it was measured, and vLLM's spawn on a GPU, where it was not."""
+    if setting != "auto":
+        return setting
+    return "forkserver" if device == "cpu" else "spawn"
+
+
 def uses_fork_server(engine_kwargs: dict[str, Any], process_start: str) -> bool:
     """The engine's processes come from the fork server unless the setting says spawn or vLLM's executor is Ray."""
     return process_start == "forkserver" and engine_kwargs.get(EXECUTOR_KEY, "uni") != "ray"
@@ -179,26 +185,3 @@ def engine_processes_from_fork_server() -> bool:
         return False
     engine_utils.get_mp_context = EngineServerContext  # launch_core_engines: ``get_mp_context().Process(...)``
     return True
-
-
-class EngineStageUDF:
-    """Ray Data LLM's vLLM stage, with the engine's processes forked from a warm server and its answers finished
-    in the actor (module docstring).
-
-    It wraps the stage rather than subclassing it: the module that defines Ray's stage imports torch and
-    vLLM, and the fork server must start before those imports, which it then overlaps.
-    """
-
-    def __init__(self, *args: Any, process_start: str = "forkserver", **kwargs: Any) -> None:
-        if uses_fork_server(kwargs.get("engine_kwargs") or {}, process_start):
-            engine_processes_from_fork_server()
-        from ray.llm._internal.batch.stages.vllm_engine_stage import vLLMEngineStageUDF
-
-        self.stage = vLLMEngineStageUDF(*args, **kwargs)
-
-    async def __call__(self, batch: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        async for out in self.stage(batch):
-            rows = out.get(self.stage.data_column)  # (Ray's stage yields {} for an empty batch)
-            if rows is not None:
-                out[self.stage.data_column] = finished_rows(rows, self.stage.llm.engine.tokenizer)
-            yield out

@@ -40,7 +40,7 @@ from icebatch_job.columns import (
 if TYPE_CHECKING:
     import ray.data
 
-    from icebatch_job.window import RowWindow
+    from icebatch_job.commit.window import RowWindow
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 CHARS_PER_TOKEN_FLOOR = 2  # conservative when no tokenizer is at hand (CJK text is ~1-2 chars/token)
@@ -49,7 +49,7 @@ CHARS_PER_TOKEN_FLOOR = 2  # conservative when no tokenizer is at hand (CJK text
 # Chat-template markup (``<|system|>``, ``</s>``, ``[INST]``...): an endpoint tokenizes the rendered chat
 # with special tokens parsed, so a row's value holding them could forge a turn. A word joiner (U+2060)
 # inside each keeps the text readable and makes it no special token. (The in-job engine tokenizes
-# values with special tokens split: exact; see icebatch_job.prompts.)
+# values with special tokens split: exact; see icebatch_job.stages.prompts.)
 MARKUP = re.compile(r"<\||\|>|</?s>|\[/?INST\]|<</?SYS>>")
 
 
@@ -87,7 +87,7 @@ def truncate_by_chars(task: TaskSpec, row: dict[str, Any], max_model_len: int) -
 class EndpointStage:
     """Ray Data UDF: rows -> engine-shaped outputs from an OpenAI-compatible endpoint.
 
-    With a ``window``, it first takes a permit per row (``icebatch_job.window``).
+    With a ``window``, it first takes a permit per row (``icebatch_job.commit.window``).
     """
 
     def __init__(self, task: TaskSpec, settings: Settings, window: RowWindow | None = None) -> None:
