@@ -255,3 +255,33 @@ def test_a_home_that_cannot_be_a_folder_is_one_line_naming_the_setting(tmp_path:
         f"icebatch: error: cannot create the folder {tmp_path / where} ({why}): "
         "set ICEBATCH_HOME to a folder this user can write\n"
     )
+
+
+def test_a_reset_back_over_labelled_rows_says_what_it_costs_and_needs_yes(tmp_path: Path) -> None:
+    from icebatch.core.ledger import open_ledger
+    from icebatch.core.settings import Settings
+
+    from tests.support.consumers import triage
+    from tests.support.runs import run_once
+
+    # given a consumer that has labelled 10 rows
+    icebatch(tmp_path, "generate", "--tickets", "10")
+    settings = Settings(home=tmp_path)
+    assert run_once(open_ledger(settings, triage(settings))) is not None
+    back = ["ledger", "reset", "--consumer", "triage", "--to-snapshot", "none", "--reason", "relabel all"]
+    # when the watermark is moved back to the start without --yes, then nothing is recorded and one line says
+    # what it would cost and how to go on
+    refused = icebatch(tmp_path, *back)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert "about 10 rows already labelled to the model again" in refused.stderr and "--yes" in refused.stderr
+    # and a dry run says the same on stdout and records nothing
+    dry = icebatch(tmp_path, *back, "--dry-run")
+    assert dry.returncode == 0 and "about 10 rows already labelled would be sent" in dry.stdout, dry.stderr
+    assert "nothing recorded" in dry.stdout
+    [backlog] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "triage", "--json").stdout)
+    assert backlog["backlog_rows"] == 0
+    # when it is confirmed, then the next run will label the 10 rows again
+    done = icebatch(tmp_path, *back, "--yes")
+    assert done.returncode == 0 and "watermark set to none" in done.stdout, done.stderr
+    [backlog] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "triage", "--json").stdout)
+    assert backlog["backlog_rows"] == 10

@@ -180,23 +180,53 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ledger_reset(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.core.errors import IcebatchError
     from icebatch.core.ledger import open_ledger
 
     consumer = one(settings, args.consumer)
     ledger = open_ledger(settings, consumer)
+    source = ledger.source()
     target = None if args.to_snapshot == "none" else int(args.to_snapshot)
-    if target is not None and ledger.source().metadata.snapshot_by_id(target) is None:
+    if target is not None and source.metadata.snapshot_by_id(target) is None:
         raise PermanentError(f"snapshot {target} is not in {consumer.source_table}'s metadata")
+    try:
+        current: int | str | None = ledger.progress().watermark.source_snapshot_id
+    except IcebatchError:  # the histories a reset is the fix for (expired, corrupt)
+        current = "unreadable"
+    again = None if args.new_source or isinstance(current, str) else labelled_again(source, current, target)
+    who = f"{consumer.name} (task version {consumer.task_version})"
+    moves = f"from {current if isinstance(current, str) else watermark_text(current)} to {args.to_snapshot}"
+    if args.dry_run:
+        relabel = f"; about {again:,} rows already labelled would be sent to the model again" if again else ""
+        print(f"dry run: {who}: the watermark would move {moves}{relabel}; nothing recorded", flush=True)
+        return 0
+    if again and not args.yes:
+        raise PermanentError(f"not done: moving {who}'s watermark back {moves} sends about {again:,} rows already "
+                             "labelled to the model again (each gets another verdict): see it with --dry-run, "
+                             "do it with --yes")  # fmt: skip
     sid = ledger.reset(target, reason=args.reason, new_source=args.new_source)
     follows = "" if args.new_source is None else (
         f"; now follows the new {consumer.source_table}, the old table's verdicts "
         f"{'kept' if args.new_source == 'keep-results' else 'deleted'}"
     )  # fmt: skip
-    print(
-        f"{consumer.name} (task version {consumer.task_version}): watermark set to {args.to_snapshot} "
-        f"(ledger snapshot {sid}){follows}"
-    )
+    print(f"{who}: watermark set to {args.to_snapshot} (ledger snapshot {sid}){follows}")
     return 0
+
+
+def labelled_again(source: Any, watermark: int | None, target: int | None) -> int:
+    """About how many labelled rows a reset from ``watermark`` back to ``target`` sends to the model again (0: it
+    does not move back): the source's rows at the watermark less those at the target, from snapshot summaries."""
+    meta = source.metadata
+    at_watermark = meta.snapshot_by_id(watermark) if watermark is not None else None
+    at_target = meta.snapshot_by_id(target) if target is not None else None
+    if at_watermark is None or (at_target is not None and at_target.sequence_number >= at_watermark.sequence_number):
+        return 0
+
+    def total(snapshot: Any) -> int:
+        summary = snapshot.summary if snapshot is not None else None
+        return int(summary["total-records"]) if summary is not None and "total-records" in summary else 0
+
+    return max(total(at_watermark) - total(at_target), 0)
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
@@ -254,24 +284,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--json", action="store_true", help="one JSON list, a consumer each")
     p.set_defaults(handler=cmd_estimate)
 
-    p = sub.add_parser("ledger", help="the consumers' committed runs and watermarks")
-    lsub = p.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
-    q = lsub.add_parser("runs", help="committed runs, newest first")
-    consumer_option(q)
-    q.add_argument("--limit", type=bounded_int(1, 10_000), default=20, help="runs per consumer (default 20)")
-    q.add_argument("--json", action="store_true")
-    q.set_defaults(handler=cmd_ledger_runs)
-    q = lsub.add_parser("reset", help="move a consumer's watermark by hand (a rollback, an expiry, a backfill's start)",
-                        description="Record a new watermark for the consumer's current task version, without results. "
-                        "Rows after it will be processed by the next run; rows before it will not. Use `none` to "
-                        "process the whole table again.")  # fmt: skip
-    consumer_option(q, "the consumer (needed when several are declared)")
-    q.add_argument("--to-snapshot", type=snapshot_or_none, required=True, help="source snapshot id, or `none`")
-    q.add_argument("--reason", type=text(500), required=True, help="recorded in the ledger (at most 500 characters)")
-    q.add_argument("--new-source", choices=("keep-results", "drop-results"), default=None,
-                   help="the source table was dropped and created again (another table UUID): follow the new one, "
-                   "and keep or delete the old table's verdicts (deleted in the same commit)")  # fmt: skip
-    q.set_defaults(handler=cmd_ledger_reset)
+    add_ledger_parser(sub)
 
     p = sub.add_parser("report", help="a run's cost report, rebuilt from the ledger (default: the latest run)",
                        description="Print the INCREMENTAL STATE / BATCH SUMMARY / TOKENOMICS report of a committed run "
@@ -282,3 +295,30 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     consumer_option(p, "look only at this consumer's runs (default: every consumer's)")
     p.add_argument("--json", action="store_true", help="the report as the 'Batch Job Completed' detail (JSON)")
     p.set_defaults(handler=cmd_report)
+
+
+def add_ledger_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``icebatch ledger runs|reset``."""
+    p = sub.add_parser("ledger", help="the consumers' committed runs and watermarks")
+    lsub = p.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
+    q = lsub.add_parser("runs", help="committed runs, newest first")
+    consumer_option(q)
+    q.add_argument("--limit", type=bounded_int(1, 10_000), default=20, help="runs per consumer (default 20)")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(handler=cmd_ledger_runs)
+    q = lsub.add_parser("reset", help="move a consumer's watermark by hand (a rollback, an expiry, a backfill's start)",
+                        description="Record a new watermark for the consumer's current task version, without results. "
+                        "Rows after it will be processed by the next run; rows before it will not. Use `none` to "
+                        "process the whole table again. A reset that moves the watermark back over labelled rows "
+                        "sends them to the model again and needs --yes; --dry-run says what it would do.")  # fmt: skip
+    consumer_option(q, "the consumer (needed when several are declared)")
+    q.add_argument("--to-snapshot", type=snapshot_or_none, required=True, help="source snapshot id, or `none`")
+    q.add_argument("--reason", type=text(500), required=True, help="recorded in the ledger (at most 500 characters)")
+    q.add_argument("--new-source", choices=("keep-results", "drop-results"), default=None,
+                   help="the source table was dropped and created again (another table UUID): follow the new one, "
+                   "and keep or delete the old table's verdicts (deleted in the same commit)")  # fmt: skip
+    q.add_argument("--dry-run", action="store_true", help="say what the reset would do (and how many labelled rows "
+                   "it would send to the model again), and record nothing")  # fmt: skip
+    q.add_argument("--yes", action="store_true", help="needed for a reset that moves the watermark back over "
+                   "rows already labelled: they get another verdict each")  # fmt: skip
+    q.set_defaults(handler=cmd_ledger_reset)
