@@ -320,18 +320,6 @@ def _state(record: dict[str, Any]) -> JobState:
     )
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _process_started(pid: int) -> str | None:
     """When a process started (clock ticks since boot, from /proc): with its pid, it names the process."""
     try:
@@ -343,7 +331,9 @@ def _process_started(pid: int) -> str | None:
 
 def _same_process(pid: int, started: str | None) -> bool:
     """Is ``pid`` still the process that wrote the record (not dead, not a reused pid)?"""
-    if not _alive(pid):
+    from icebatch_job.process.lineage import alive
+
+    if not alive(pid):
         return False
     return started is None or _process_started(pid) in (None, started)
 

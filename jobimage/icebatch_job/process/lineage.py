@@ -65,7 +65,7 @@ def die_with_parent(owner: int | None = None) -> bool:
     owner = os.getppid() if owner is None else owner
     if not _prctl(PR_SET_PDEATHSIG, signal.SIGKILL):
         return False
-    if not _alive(owner) or os.getppid() == 1:
+    if not alive(owner) or os.getppid() == 1:
         os._exit(1)  # its parent died before the request: no one is left to answer to
     return True
 
@@ -75,7 +75,10 @@ def adopt_orphans() -> bool:
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a zombie too), whoever owns it."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -133,7 +136,7 @@ def end_descendants(grace_seconds: float = 5.0) -> list[str]:
     deadline = time.monotonic() + grace_seconds
     while True:
         _reap()
-        left = {pid for pid in descendants(me) if _alive(pid) and not _zombie(pid)}
+        left = {pid for pid in descendants(me) if alive(pid) and not _zombie(pid)}
         if not left or time.monotonic() > deadline + 2:  # (one that SIGKILL cannot end: waiting on a device)
             break
         found |= {f"{pid} {_name(pid)}" for pid in left if not is_resource_tracker(pid)}
@@ -157,7 +160,7 @@ def end_processes(pids: set[int], grace_seconds: float = 5.0) -> None:
     _kill(pids - trackers)
     deadline = time.monotonic() + grace_seconds
     while trackers and time.monotonic() < deadline:
-        trackers = {pid for pid in trackers if _alive(pid) and not _zombie(pid)}
+        trackers = {pid for pid in trackers if alive(pid) and not _zombie(pid)}
         time.sleep(0.05)
     _kill(trackers)
 
