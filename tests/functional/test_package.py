@@ -43,6 +43,7 @@ def test_the_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> N
                 for p in src.rglob("__init__.py") if p.parent.name != "__pycache__"}  # fmt: skip
     assert packages and all(f"{p}/__init__.py" in names for p in packages), sorted(packages)
     assert {"icebatch/consumers/consumers.yaml", "icebatch/consumers/tasks/triage.json",
+            "icebatch/consumers/schemas/task.schema.json", "icebatch/consumers/schemas/consumers.schema.json",
             "icebatch/__main__.py"} <= set(names)  # fmt: skip
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     # when it is installed into a fresh virtualenv outside the repository, with its dependencies

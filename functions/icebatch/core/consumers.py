@@ -171,6 +171,19 @@ def _check_fits(consumer: Consumer, settings: Settings) -> None:
         )
 
 
+def consumers_file_schema() -> dict[str, Any]:
+    """The JSON Schema of a consumers file (``contracts``: for editors; the file is checked by ``_Entry``)."""
+    entry = _Entry.model_json_schema()
+    definitions = entry.pop("$defs", {})
+    return {
+        "type": "object",
+        "properties": {"consumers": {"type": "array", "items": entry, "minItems": 1, "maxItems": MAX_CONSUMERS}},
+        "required": ["consumers"],
+        "additionalProperties": False,
+        **({"$defs": definitions} if definitions else {}),
+    }
+
+
 def read_consumers_file(path: Path, settings: Settings) -> list[Consumer]:
     what = f"consumers file {path}"
     text = read_text(path, what="consumers file", hint="ICEBATCH_CONSUMERS_FILE", error=ConfigError)

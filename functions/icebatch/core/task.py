@@ -1,7 +1,8 @@
 """The task: what to ask about each row and what shape the answer must have.
 
-A task spec is a JSON file named by a consumer (``functions/icebatch/consumers/consumers.yaml``; ticket triage is
-``functions/icebatch/consumers/tasks/triage.json``):
+A task spec is a JSON or YAML file (``.yaml``/``.yml``: long prompts as block scalars) named by a consumer
+(``functions/icebatch/consumers/consumers.yaml``; ticket triage is ``functions/icebatch/consumers/tasks/triage.json``;
+JSON Schemas of both files, for editors, in ``functions/icebatch/consumers/schemas/``):
 
 - ``system_prompt`` and ``user_template`` (``{column}`` placeholders over ``input_columns``),
 - ``output_schema``: a flat JSON Schema object (string/enum/integer/number/boolean properties). It is
@@ -35,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from icebatch.core.config_files import load_json, read_text
+from icebatch.core.config_files import load_json, load_yaml, read_text
 from icebatch.core.errors import TaskSpecError
 
 # the running example's task (functions/icebatch/consumers/tasks/): ticket triage
@@ -235,7 +236,13 @@ def load_task(path: Path | None = None) -> TaskSpec:
     """Load and validate a task spec; TaskSpecError says what is wrong with the file."""
     source = path or DEFAULT_TASK
     text = read_text(source, what="task file", hint="a consumer's `task:` in the consumers file", error=TaskSpecError)
-    raw = load_json(text, what=f"task file {source}", error=TaskSpecError)
+    what = f"task file {source}"
+    yaml_file = source.suffix.lower() in (".yaml", ".yml")  # multi-line prompts as block scalars (`|`)
+    raw = (
+        load_yaml(text, what=what, error=TaskSpecError)
+        if yaml_file
+        else load_json(text, what=what, error=TaskSpecError)
+    )
     try:
         return TaskSpec.model_validate(raw)
     except ValidationError as e:

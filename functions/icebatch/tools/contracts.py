@@ -3,6 +3,8 @@
     eventbridge/schemas/<detail-type>.v<N>.json   JSON Schema of each event's detail (from pydantic)
     eventbridge/patterns/<rule>.json              rule patterns (from icebatch.core.rules)
     eventbridge/schedules/<name>.json             schedules (from icebatch.core.rules)
+    functions/icebatch/consumers/schemas/         JSON Schemas of the consumers file and of a task file
+                                                  (from icebatch.core.consumers and icebatch.core.task), for editors
 
 ``icebatch contracts write`` regenerates them; ``icebatch contracts check`` (and the contract tests)
 fail when the checked-in files differ from the code. A schema whose version already exists is never
@@ -18,7 +20,9 @@ from typing import Any
 from icebatch.core.events import DETAIL_MODELS, SCHEMA_VERSION
 from icebatch.core.rules import PATTERNS, SCHEDULES
 
-EVENTBRIDGE = Path(__file__).resolve().parents[3] / "eventbridge"
+REPO = Path(__file__).resolve().parents[3]
+EVENTBRIDGE = REPO / "eventbridge"
+CONFIG_SCHEMAS = REPO / "functions" / "icebatch" / "consumers" / "schemas"
 
 
 def slug(detail_type: str) -> str:
@@ -48,25 +52,43 @@ def expected_files() -> dict[str, str]:
     return files
 
 
+def config_file_schemas() -> dict[str, dict[str, Any]]:
+    """File name -> JSON Schema of the files a user writes: the consumers file and a task file."""
+    from icebatch.core.consumers import consumers_file_schema
+    from icebatch.core.task import TaskSpec
+
+    schemas = {"task": (TaskSpec.model_json_schema(), "icebatch task"),
+               "consumers": (consumers_file_schema(), "icebatch consumers file")}  # fmt: skip
+    for name, (schema, title) in schemas.items():
+        schema.update({"$schema": "https://json-schema.org/draft/2020-12/schema",
+                       "$id": f"https://icebatch.dev/schemas/{name}.schema.json", "title": title})  # fmt: skip
+    task, consumers = schemas["task"][0], schemas["consumers"][0]
+    return {"task.schema.json": task, "consumers.schema.json": consumers}
+
+
+def _every_file() -> dict[Path, str]:
+    files = {EVENTBRIDGE / rel: content for rel, content in expected_files().items()}
+    files.update({CONFIG_SCHEMAS / name: _dump(schema) for name, schema in config_file_schemas().items()})
+    return files
+
+
 def _dump(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
-def write(root: Path = EVENTBRIDGE) -> list[str]:
+def write() -> list[str]:
+    """Regenerate every contract file; those changed, relative to the repository."""
     changed = []
-    for rel, content in expected_files().items():
-        path = root / rel
+    for path, content in _every_file().items():
         if not path.exists() or path.read_text() != content:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
-            changed.append(rel)
+            changed.append(str(path.relative_to(REPO)))
     return changed
 
 
-def check(root: Path = EVENTBRIDGE) -> list[str]:
-    """Files that are missing or differ from what the code generates."""
+def check() -> list[str]:
+    """Files that are missing or differ from what the code generates, relative to the repository."""
     return [
-        rel
-        for rel, content in expected_files().items()
-        if not (root / rel).exists() or (root / rel).read_text() != content
+        str(p.relative_to(REPO)) for p, content in _every_file().items() if not p.exists() or p.read_text() != content
     ]

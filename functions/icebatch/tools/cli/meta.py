@@ -82,13 +82,13 @@ def cmd_contracts(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.action == "write":
         changed = contracts.write()
-        print("\n".join(f"wrote eventbridge/{c}" for c in changed) or "eventbridge/ is up to date")
+        print("\n".join(f"wrote {c}" for c in changed) or "every contract file is up to date")
         return 0
     stale = contracts.check()
     if stale:
         print("out of date (run `icebatch contracts write`): " + ", ".join(stale), file=sys.stderr)
         return 1
-    print("eventbridge/ matches the code")
+    print("every contract file (eventbridge/, the consumers' schemas) matches the code")
     return 0
 
 
