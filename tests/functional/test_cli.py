@@ -285,3 +285,37 @@ def test_a_reset_back_over_labelled_rows_says_what_it_costs_and_needs_yes(tmp_pa
     assert done.returncode == 0 and "watermark set to none" in done.stdout, done.stderr
     [backlog] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "triage", "--json").stdout)
     assert backlog["backlog_rows"] == 10
+
+
+def test_results_shows_the_verdicts_and_how_to_query_them_elsewhere(tmp_path: Path) -> None:
+    from icebatch.core.ledger import open_ledger
+    from icebatch.core.settings import Settings
+
+    from tests.support.consumers import triage
+    from tests.support.runs import run_once
+
+    # given a consumer before its first run, then `results` says there is nothing yet, in one line
+    icebatch(tmp_path, "generate", "--tickets", "12")
+    missing = icebatch(tmp_path, "results", "--consumer", "triage")
+    assert missing.returncode == 2 and "first run creates it" in missing.stderr
+    # given 12 labelled rows
+    settings = Settings(home=tmp_path)
+    run = run_once(open_ledger(settings, triage(settings)))
+    assert run is not None
+    # when a user looks at them, then each row shows its id, status and verdict columns, one line each ...
+    shown = icebatch(tmp_path, "results", "--consumer", "triage", "--limit", "5")
+    assert shown.returncode == 0, shown.stderr
+    header, *lines = shown.stdout.split("\n\n")[0].splitlines()
+    assert header.split()[:6] == ["source_id", "status", "sentiment", "urgency", "category", "summary"]
+    assert len(lines) == 5 and all(" ok " in line for line in lines)
+    # ... followed by how to query the table from DuckDB and Athena
+    assert "iceberg_scan('" in shown.stdout and "FROM support.tickets_triage_results" in shown.stdout
+    # and --json is exactly one document holding the rows whole
+    data = json.loads(icebatch(tmp_path, "results", "--consumer", "triage", "--json").stdout)
+    assert data["results_table"] == "support.tickets_triage_results" and len(data["rows"]) == 12
+    assert {r["status"] for r in data["rows"]} == {"ok"} and all(r["summary"] for r in data["rows"])
+    # and a status filter keeps only those rows
+    none = json.loads(
+        icebatch(tmp_path, "results", "--consumer", "triage", "--status", "invalid_output", "--json").stdout
+    )
+    assert none["rows"] == []

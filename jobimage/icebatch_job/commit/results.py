@@ -6,6 +6,8 @@ Every source row of a run becomes exactly one result row with an explicit ``stat
 - ``invalid_output``: the model answered but the answer is not schema-valid JSON (``raw_output`` keeps it,
   ``error`` says why). Never turned into a made-up label.
 - ``inference_error``: the engine or endpoint failed for this row (``error`` holds the message).
+- ``empty_input``: every input column was blank: nothing to label (the model's answer, if any, is kept in
+  ``raw_output``, not taken as labels).
 
 Each row names its source row (``source_file``, ``source_pos``: which data file, which position), so the
 ledger knows exactly which source rows are done. A chunk's rows are written into data files that only
@@ -53,7 +55,9 @@ def _system_fields() -> list[Any]:
     return [
         NestedField(1, "source_id", StringType(), required=True, doc="Id of the source row"),
         NestedField(2, "run_id", StringType(), required=True, doc="Run that produced this row"),
-        NestedField(3, "status", StringType(), required=True, doc="ok | invalid_output | inference_error"),
+        NestedField(
+            3, "status", StringType(), required=True, doc="ok | invalid_output | inference_error | empty_input"
+        ),
         NestedField(4, "error", StringType(), required=False, doc="Why the row is not ok"),
         NestedField(5, "raw_output", StringType(), required=False, doc="The model's text, as generated"),
         NestedField(6, "input_truncated", BooleanType(), required=True, doc="Input shortened to fit the context"),

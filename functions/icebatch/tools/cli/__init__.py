@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from icebatch import __version__
 from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.settings import Settings
-from icebatch.tools.cli import checks, data, jobs, launch, meta
+from icebatch.tools.cli import checks, data, jobs, launch, meta, results
 from icebatch.tools.cli.common import Handler
 
 EPILOG = """\
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level to stderr")
     parser.add_argument("--version", action="version", version=f"icebatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (checks, data, launch, jobs, meta):
+    for group in (checks, data, results, launch, jobs, meta):
         group.add_parsers(sub)
     return parser
 
