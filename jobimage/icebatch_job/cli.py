@@ -113,10 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from icebatch_job.process.runtime import quiet_handler_records
+
     settings = Settings.from_env()
     logging.basicConfig(level=settings.top.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    return run_command(args, settings)
+    with quiet_handler_records(settings.top.log_level):
+        return run_command(args, settings)
 
 
 def stalled_status(error: BaseException) -> int | None:

@@ -319,3 +319,15 @@ def test_results_shows_the_verdicts_and_how_to_query_them_elsewhere(tmp_path: Pa
         icebatch(tmp_path, "results", "--consumer", "triage", "--status", "invalid_output", "--json").stdout
     )
     assert none["rows"] == []
+
+
+def test_the_handlers_json_records_stay_off_the_terminal_unless_asked(tmp_path: Path) -> None:
+    # given the reporter invoked locally, as `sam local invoke` would (its report printed for a person)
+    event = str(Path(__file__).resolve().parents[2] / "sam" / "events" / "completed.json")
+    quiet = icebatch(tmp_path, "invoke", "reporter", "--event", event)
+    # then the terminal gets the report, not the handler's Lambda JSON records between its lines
+    assert quiet.returncode == 0 and "BATCH SUMMARY" in quiet.stdout, quiet.stderr
+    assert '"level":"INFO"' not in quiet.stderr and '"function_arn"' not in quiet.stderr, quiet.stderr
+    # and -v shows them, as Lambda writes them
+    verbose = icebatch(tmp_path / "v", "-v", "invoke", "reporter", "--event", event)
+    assert verbose.returncode == 0 and '"message":"cost report"' in verbose.stderr

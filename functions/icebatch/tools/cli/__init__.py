@@ -60,8 +60,11 @@ def _run(args: argparse.Namespace) -> int:
     level = logging.DEBUG if args.verbose else getattr(logging, settings.top.log_level.upper(), logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     _quiet_libraries(args.verbose)
+    from icebatch_job.process.runtime import quiet_handler_records
+
     handler: Handler = args.handler
-    return handler(args, settings)
+    with quiet_handler_records(logging.getLevelName(level)):
+        return handler(args, settings)
 
 
 def _job_status(error: BaseException) -> int | None:
