@@ -26,7 +26,7 @@ from icebatch.core.errors import IcebatchError, TransientError, WatermarkConflic
 from icebatch.core.estimate import run_cost
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts, completed_event
 from icebatch.core.failpoints import arm
-from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan, RunTotals, open_ledger
+from icebatch.core.ledger import CommitResult, Key, ResultsLedger, RunPlan, RunTotals, open_ledger
 from icebatch.core.report import completed_text, incremental_state
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import one_line
@@ -418,6 +418,23 @@ def commit_run(run: JobRun) -> CommitResult:
     return run.committer.finish()
 
 
+def removal_counts(run: JobRun, commit: CommitResult) -> dict[str, int]:
+    """What the commit that moved the watermark recorded of rows unchanged and verdicts removed (a range that
+    deleted or rewrote rows only: ``plan.work.last_commit``)."""
+    if run.work is None or not run.work.planned.rewrites:
+        return {}
+    table = run.ledger.results()
+    snapshot = table.metadata.snapshot_by_id(commit.ledger_snapshot_id) if table is not None else None
+    summary = snapshot.summary if snapshot is not None and snapshot.summary is not None else {}
+
+    def number(key: str) -> int:
+        value = summary.get(key)
+        return int(value) if value is not None and str(value).isdigit() else 0
+
+    removed = number(Key.VERDICTS_GONE) + number(Key.VERDICTS_SUPERSEDED)
+    return {"rows_unchanged": number(Key.ROWS_UNCHANGED), "verdicts_removed": removed}
+
+
 def completed(run: JobRun, commit: CommitResult) -> JobResult:
     """The report on the console, and "Batch Job Completed" on the bus."""
     c = run.committer
@@ -434,6 +451,7 @@ def completed(run: JobRun, commit: CommitResult) -> JobResult:
         finished_at=datetime.now(UTC),
         chunks=c.chunks,
         row_noun=run.consumer.row_noun,
+        **removal_counts(run, commit),
     )
     run.out(completed_text(event, include_state=False))
     publish(run.publisher, event)

@@ -533,3 +533,35 @@ def test_a_model_on_s3_is_sized_from_its_config_as_the_engine_would_read_it(
     d = decide(s, event("schedule.json"))
     assert d["decision"] == "invalid_task" and k8s.names() == [], d
     assert "(config.json)" in d["reason"] and f"s3://{bucket}/llama-70b/" in d["reason"], d["reason"]
+
+
+def test_rows_deleted_since_the_watermark_launch_a_run_with_no_gpu_to_remove_their_verdicts(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    from pyiceberg.expressions import In
+
+    from tests.support.crd import errors
+
+    # given a consumer that labelled 60 rows (far below its threshold of 500 ever after)
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 500})
+    tickets(s, 60)
+    ledger = ResultsLedger(open_catalog(s), load_consumers(s)[0])
+    assert run_once(ledger) is not None
+    # when two of its rows are erased from the source and the table-change event arrives
+    ids = sorted(r["ticket_id"] for r in ledger.source().scan(selected_fields=("ticket_id",)).to_arrow().to_pylist())
+    ledger.source().delete(In("ticket_id", ids[:2]))
+    d = decide(s, event("glue-table-change.json"))
+    # then a run is launched at once, whatever the threshold, to remove their verdicts ...
+    assert d["decision"] == "launch" and "2 deleted rows since the watermark" in d["reason"], d["reason"]
+    # ... with no GPU worker (the job runs on the head: no model, no engine), a RayJob the CRDs accept
+    worker = d["manifest"]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert (worker["replicas"], worker["minReplicas"], worker["maxReplicas"]) == (0, 0, 0)
+    assert errors(d["manifest"], "v1.7.0") == [] and errors(d["manifest"], "v1.6.1") == []
+    head_env = {e["name"]: e.get("value") for e in d["manifest"]["spec"]["rayClusterSpec"]["headGroupSpec"]
+                ["template"]["spec"]["containers"][0]["env"]}  # fmt: skip
+    assert head_env["ICEBATCH_CONCURRENCY"] == "1"
+    # and with nothing deleted and nothing new, nothing is launched
+    s2 = kube(settings.with_overrides(home=settings.home / "other"), k8s, aws_endpoint)
+    tickets(s2, 10)
+    assert run_once(ResultsLedger(open_catalog(s2), load_consumers(s2)[0])) is not None
+    assert decide(s2, event("glue-table-change.json"))["decision"] == "skip"

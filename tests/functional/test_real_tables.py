@@ -576,3 +576,36 @@ def test_a_recreated_source_on_each_catalog_is_refused_then_followed_after_a_res
     assert run is not None and run.stats.rows == 160
     _every_live_row_once(ledger)
     assert not set(old_ids) - set(source_ids(ledger)) & set(ledger_ids(ledger))
+
+
+def test_rows_deleted_with_none_added_launch_a_run_that_removes_their_verdicts_without_an_engine(
+    settings: Settings, cli_environment: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+    from pyiceberg.expressions import In
+
+    # given a consumer that labelled its source's rows, two of which are then erased (nothing added)
+    _, ledger = _labelled_alone(settings, cli_environment, monkeypatch)
+    gone = source_ids(ledger)[:2]
+    ledger.source().delete(In("ticket_id", gone))
+    capsys.readouterr()
+    # when the table-change trigger reaches the launcher (the embedded default: the job runs in this process)
+    assert icebatch_main(["launch", "--trigger", "append", "--json"]) == 0
+    response = json.loads(capsys.readouterr().out)
+    [d] = response["decisions"]
+    # then it launched, whatever the threshold, and the run removed the two verdicts with no Ray and no engine
+    assert d["decision"] == "launch" and "2 deleted rows since the watermark" in d["reason"], d
+    assert not ray.is_initialized()
+    assert not set(gone) & set(ledger_ids(ledger))
+    _every_live_row_once(ledger)
+    # and its completion event and report say so, as the job sent them and rebuilt from the ledger
+    events = [json.loads(line) for line in (cli_environment / "events.jsonl").read_text().splitlines()]
+    [completed] = [e["detail"] for e in events if e["detail-type"] == "Batch Job Completed"][-1:]
+    assert (completed["rows"], completed["verdicts_removed"]) == (0, 2), completed
+    assert icebatch_main(["report", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["rows"], report["verdicts_removed"]) == (0, 2), report
+    assert icebatch_main(["report"]) == 0
+    assert "verdicts removed      : 2" in capsys.readouterr().out
+    # and the next trigger finds nothing to do
+    assert ledger.backlog().rows == 0 and not ledger.backlog().rewrites

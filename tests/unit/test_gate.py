@@ -52,6 +52,14 @@ def g(**kw) -> GateInput:  # type: ignore[no-untyped-def]
         ({"kind": "schedule", "dry_run": True}, "dry_run", "would launch: scheduled drain"),
         ({"kind": "schedule", "failed_attempts": 3}, "skip", "3 attempts from this watermark failed"),
         ({"ignore_reason": "Glue change for a.b"}, "ignored", "Glue change for a.b"),
+        # rows deleted since the watermark and none added: their verdicts go at once, whatever the trigger
+        ({"kind": "append", "backlog_rows": 0, "removals": 3}, "launch", "3 deleted rows since the watermark"),
+        (
+            {"kind": "schedule", "backlog_rows": 0, "removals": 3, "active_job": ActiveJob("j", False)},
+            "skip",
+            "still active",
+        ),
+        ({"kind": "append", "backlog_rows": 0, "removals": 0}, "skip", "nothing new"),
     ],
 )
 def test_gate_decisions(kw: dict, decision: str, reason: str) -> None:

@@ -64,6 +64,7 @@ class GateInput:
     ignore_reason: str | None = None
     refusal: Refusal | None = None
     resume: str | None = None  # a run part way through its range (``Pending.describe()``)
+    removals: int = 0  # no new rows, but rows deleted or rewritten since the watermark: verdicts to remove
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _blocked(g: GateInput) -> GateResult | None:
         return GateResult("already_launched", f"{g.active_job.name} is already running for this range")
     if g.active_job is not None:
         return GateResult("skip", f"job {g.active_job.name} is still active for this consumer")
-    if g.backlog_rows <= 0:
+    if g.backlog_rows <= 0 and g.removals <= 0:
         return GateResult("skip", "nothing new since the watermark")
     if g.failed_attempts >= g.max_attempts:
         stuck = f"; {g.resume}, stuck before its next chunk" if g.resume else ""
@@ -118,6 +119,8 @@ def _why_launch(g: GateInput) -> str | None:
     )
     if g.resume is not None:
         return f"resume {g.resume}"
+    if g.backlog_rows <= 0:  # whatever the trigger and the threshold: an erased row's verdict goes at once
+        return f"{g.removals} deleted rows since the watermark: their verdicts removed (no model, no GPU)"
     if g.kind == "schedule":
         return f"scheduled drain of {g.backlog_rows} rows"
     if g.kind == "manual" and g.force:

@@ -160,9 +160,10 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         return Observation(refusal=Refusal("invalid_task", str(e)))
     age = backlog.oldest_pending_age_seconds(int(ctx.now.timestamp() * 1000))
     tag = range_tag(ctx.settings.top.deployment, consumer.name, consumer.task_version, watermark.source_snapshot_id)
-    if backlog.rows <= 0:
+    removals_only = backlog.rows <= 0 and backlog.rewrites  # rows deleted since the watermark, none added
+    if backlog.rows <= 0 and not removals_only:
         return Observation(backlog=backlog, age_seconds=age, tag=tag)
-    if problem := model_problem(consumer, ctx.settings):  # before a GPU node is bought for it
+    if not removals_only and (problem := model_problem(consumer, ctx.settings)):  # before a GPU node is bought
         return Observation(refusal=Refusal("invalid_task", problem))
     jobs = ctx.jobs(consumer.name)
     same = [j for j in jobs if j.from_tag == tag]
@@ -175,7 +176,9 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         attempt=max((j.attempt for j in same), default=0) + 1,
         failed_attempts=sum(1 for j in same if j.failed),
         active=ActiveJob(active.name, active.from_tag == tag) if active else None,
-        estimate=estimate_run(pending.rows_remaining if pending else backlog.rows, consumer, runs, ctx.settings),
+        estimate=None
+        if removals_only
+        else estimate_run(pending.rows_remaining if pending else backlog.rows, consumer, runs, ctx.settings),
         spent_today=spent_on(ctx.now, runs, ctx.settings),
         pending=pending,
     )
@@ -201,13 +204,23 @@ def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Con
         ignore_reason=seen.ignore,
         refusal=seen.refusal,
         resume=seen.pending.describe() if seen.pending else None,
+        removals=_removals(seen.backlog),
     )
 
 
+def _removals(backlog: Backlog | None) -> int:
+    """Rows deleted or rewritten since the watermark when none were added: a run with only verdicts to remove."""
+    if backlog is None or backlog.rows > 0 or not backlog.rewrites:
+        return 0
+    return max(backlog.deleted_rows, 1)
+
+
 def job_spec(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> JobSpec:
-    """A new run over the backlog, or the next attempt of the run part way through (same run, same range)."""
+    """A new run over the backlog, or the next attempt of the run part way through (same run, same range).
+    A run that only removes verdicts gets no GPU worker on kuberay (``gpus`` 0: the job runs on the head)."""
     assert seen.backlog is not None and seen.backlog.current_snapshot_id is not None
-    gpus = seen.estimate.gpus if seen.estimate and ctx.settings.top.backend == "kuberay" else 1
+    kuberay = ctx.settings.top.backend == "kuberay"
+    gpus = seen.estimate.gpus if seen.estimate and kuberay else 0 if kuberay and _removals(seen.backlog) else 1
     p = seen.pending
     return JobSpec(
         name=job_name(consumer.name, seen.tag, seen.attempt),

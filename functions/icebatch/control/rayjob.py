@@ -94,7 +94,8 @@ class JobSpec:
 
 def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dict[str, str]]:
     """The environment of the job's containers: its settings and its consumer."""
-    env = settings.job_environment(home=home, concurrency=spec.gpus, job_consumer=spec.consumer.to_json())
+    # a run that only removes verdicts (no GPU worker: ``gpus`` 0) starts no engine; the setting's floor is one
+    env = settings.job_environment(home=home, concurrency=max(spec.gpus, 1), job_consumer=spec.consumer.to_json())
     return [{"name": k, "value": v} for k, v in env.items()]
 
 

@@ -93,6 +93,15 @@ class BatchJobCompleted(_Detail):
     rows_error: int = Field(ge=0, description="invalid_output + inference_error rows (kept, not dropped)")
     rows_by_status: dict[Annotated[str, Field(max_length=32)], Annotated[int, Field(ge=0)]]
     rows_truncated: int = Field(default=0, ge=0)
+    rows_unchanged: int = Field(
+        default=0, ge=0, description="Rows rewritten with content that already had a verdict: not sent again"
+    )
+    verdicts_removed: int = Field(
+        default=0,
+        ge=0,
+        description="Verdicts this run removed: of rows deleted from the source, and superseded "
+        "by its own (the row changed)",
+    )
     labels: dict[str, dict[str, int]] = Field(description="Label breakdown per enum output field")
     tokens: TokenCounts
     engine_seconds: float = Field(ge=0, description="Wall time of the streaming LLM stage (GPU held)")
@@ -205,6 +214,8 @@ def completed_event(
     finished_at: datetime,
     chunks: int = 1,
     row_noun: str = "rows",
+    rows_unchanged: int = 0,
+    verdicts_removed: int = 0,
 ) -> BatchJobCompleted:
     """The one way a "Batch Job Completed" is made: by the job at its commit, and rebuilt from the ledger."""
     started = datetime.fromisoformat(totals.started_at) if totals.started_at else finished_at
@@ -223,6 +234,8 @@ def completed_event(
         rows_error=totals.rows_error,
         rows_by_status=rows_by_status,
         rows_truncated=totals.rows_truncated,
+        rows_unchanged=rows_unchanged,
+        verdicts_removed=verdicts_removed,
         labels=labels,
         tokens=TokenCounts(input=totals.input_tokens, output=totals.output_tokens),
         engine_seconds=totals.engine_seconds,

@@ -76,6 +76,10 @@ def batch_summary(e: BatchJobCompleted) -> str:
         _line("rows", f"{e.rows:,} ({statuses})"),
         _line("truncated inputs", f"{e.rows_truncated:,}"),
     ]
+    if e.rows_unchanged:
+        lines.append(_line("rows unchanged", f"{e.rows_unchanged:,} (their content has a verdict: not sent again)"))
+    if e.verdicts_removed:
+        lines.append(_line("verdicts removed", f"{e.verdicts_removed:,} (rows deleted from the source, or changed)"))
     for field, counts in e.labels.items():
         total = sum(counts.values()) or 1
         parts = " | ".join(f"{k} {v} ({100 * v / total:.0f}%)" for k, v in counts.items())
@@ -185,7 +189,8 @@ def failed_text(e: BatchJobFailed) -> str:
 def subject(e: BatchJobCompleted | BatchJobFailed) -> str:
     """A readable one-liner (SNS subjects are at most 100 characters)."""
     if isinstance(e, BatchJobCompleted):
-        text = f"icebatch {e.consumer}: {e.rows:,} {e.row_noun}, {_money(e.cost.lifetime_cost)}"
+        removed = f", {e.verdicts_removed:,} verdicts removed" if e.verdicts_removed else ""
+        text = f"icebatch {e.consumer}: {e.rows:,} {e.row_noun}{removed}, {_money(e.cost.lifetime_cost)}"
         if e.rows_error:
             text += f" ({e.rows_error:,} not ok)"
     else:

@@ -74,6 +74,8 @@ def _rebuild(settings: Settings, consumer: Consumer, ledger: ResultsLedger, reco
         finished_at=datetime.fromtimestamp(record.committed_at_ms / 1000, tz=UTC),
         chunks=int(record.number(Key.CHUNK, 1)),
         row_noun=consumer.row_noun,
+        rows_unchanged=int(record.number(Key.ROWS_UNCHANGED)),
+        verdicts_removed=int(record.number(Key.VERDICTS_GONE) + record.number(Key.VERDICTS_SUPERSEDED)),
     )
 
 
