@@ -10,14 +10,17 @@ point of its life, and then looks through every process on the machine for the m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import re
 import signal
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import Consumer, consumer_named, load_consumers
@@ -56,32 +59,72 @@ def marked(mark: str) -> list[str]:
     return found
 
 
-def _is_phase(line: str, phase: str) -> bool:
-    return {
-        "fork server": "multiprocessing.forkserver" in line,
-        "engine": line.split(" ")[1] == "VLLM::Worker",
-    }[phase]
+def tree(job: JobProcess, mark: str) -> dict[int, str]:
+    """The job's processes now, 'pid name command line' by pid: those that carry its mark and those that descend
+    from it (a process whose environment block was overwritten by its title, as setproctitle may, is still its
+    parent's child)."""
+    found = {int(line.split(" ", 1)[0]): line for line in marked(mark)}
+    try:
+        for p in psutil.Process(job.proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                found.setdefault(p.pid, f"{p.pid} {p.name()} {' '.join(p.cmdline())[:100]}")
+    except psutil.NoSuchProcess:
+        pass
+    return found
 
 
-def _wait_for(job: JobProcess, mark: str, phase: str, timeout: float = 300) -> None:
+def _is_phase(job: JobProcess, processes: dict[int, str], phase: str) -> bool:
+    """Whether the job's ``phase`` is up: its engine's fork server started, or its engine answering (the
+    first results counted on its progress line: every process of its tree is up)."""
+    if phase == "fork server":
+        return any("multiprocessing.forkserver" in line for line in processes.values())
+    return re.search(r"\[icebatch\] [1-9][\d,]*/", job.output()) is not None
+
+
+def _wait_for(job: JobProcess, mark: str, phase: str, timeout: float = 300) -> dict[int, float]:
+    """Until the job's ``phase`` is up; then its processes (pid -> start time), to look for after its end."""
     deadline = time.monotonic() + timeout
+    names: set[str] = set()  # every process name seen, for the failure message
     while time.monotonic() < deadline:
-        if any(_is_phase(line, phase) for line in marked(mark)):
-            return
+        now = tree(job, mark)
+        if _is_phase(job, now, phase):
+            return _started(now)
+        names |= {line.split(" ")[1] for line in now.values()}
         if job.proc.poll() is not None:
-            raise AssertionError(f"the job ended before its {phase} was up: {job.output()[-3000:]}")
+            raise AssertionError(f"the job ended before its {phase} was up (seen: {sorted(names)}): "
+                                 f"{job.output()[-3000:]}")  # fmt: skip
         time.sleep(0.1)
-    raise AssertionError(f"no {phase} in {timeout} s: {job.output()[-3000:]}")
+    raise AssertionError(f"no {phase} in {timeout} s (seen: {sorted(names)}): {job.output()[-3000:]}")
+
+
+def _started(processes: dict[int, str]) -> dict[int, float]:
+    out = {}
+    for pid in processes:
+        with contextlib.suppress(psutil.Error):
+            out[pid] = psutil.Process(pid).create_time()
+    return out
+
+
+def _still_running(seen: dict[int, float]) -> list[str]:
+    """Those of ``seen`` still running as the same process (its start time), zombies aside."""
+    left = []
+    for pid, started in seen.items():
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            if p.create_time() == started and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{pid} {p.name()}")
+    return left
 
 
 def _shared_memory() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("psm_*")}
 
 
-def _left_after_grace(mark: str, shm_before: set[str]) -> list[str]:
-    """The job's processes still alive ``GRACE_SECONDS`` after its end, and the shared memory it left."""
+def _left_after_grace(mark: str, shm_before: set[str], seen: dict[int, float] | None = None) -> list[str]:
+    """The job's processes (marked, or ``seen`` while it ran) still alive ``GRACE_SECONDS`` after its end, and
+    the shared memory it left."""
     deadline = time.monotonic() + GRACE_SECONDS
-    while (left := marked(mark)) and time.monotonic() < deadline:
+    while (left := sorted({*marked(mark), *_still_running(seen or {})})) and time.monotonic() < deadline:
         time.sleep(0.25)
     return left + sorted(f"/dev/shm/{name}" for name in _shared_memory() - shm_before)
 
@@ -140,11 +183,10 @@ EXPECTED_STATUS = {"SIGTERM": EXIT_INTERRUPTED, "SIGINT": EXIT_INTERRUPTED}
 def test_nothing_outlives_a_job_ended_while_its_engine_runs(
     job_settings: Settings, marks: list[str], ending: str, repeat: int
 ) -> None:
-    # given the job with its engine up (the model worker forked: every process of its tree exists)
+    # given the job with its engine answering (its first results in: every process of its tree is up)
     job, mark, shm = _start(job_settings, marks)
-    _wait_for(job, mark, "engine")
-    tree = marked(mark)
-    assert any("raylet" in line for line in tree) and any("VLLM::EngineCore" in line for line in tree), tree
+    seen = _wait_for(job, mark, "engine")
+    assert any("raylet" in line for line in tree(job, mark).values()), seen
     # when it is ended this way
     signum, group = ENDINGS[ending]
     if group:
@@ -155,7 +197,7 @@ def test_nothing_outlives_a_job_ended_while_its_engine_runs(
     # then it ended as that ending says (a signal it handles: the finished rows committed, exit 130) ...
     assert status == EXPECTED_STATUS.get(ending, -signum), job.output()[-3000:]
     # ... and nothing it started is alive 10 s later
-    assert _left_after_grace(mark, shm) == [], f"left by {ending} of {len(tree)} processes"
+    assert _left_after_grace(mark, shm, seen) == [], f"left by {ending} of {len(seen)} processes"
 
 
 @pytest.mark.parametrize("repeat", range(REPEAT), ids=lambda i: f"run{i + 1}")
@@ -175,8 +217,8 @@ def test_nothing_outlives_the_cli_that_ran_the_job_in_its_own_process(
     # given `icebatch launch --force` (the embedded default: the job runs in the CLI's process, as in the demo),
     # killed with its group while the engine's fork server is starting the engine
     job, mark, shm = _start(job_settings, marks, launch=True)
-    _wait_for(job, mark, "fork server")
+    seen = _wait_for(job, mark, "fork server")
     os.killpg(job.proc.pid, signal.SIGKILL)
     job.proc.wait(120)
     # then nothing it started is alive 10 s later
-    assert _left_after_grace(mark, shm) == []
+    assert _left_after_grace(mark, shm, seen) == []
