@@ -23,7 +23,8 @@ def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_
         [sys.executable, "-m", "icebatch.tools.cli", "demo", "--tickets", "120", "--batches", "3"],
         capture_output=True,
         text=True,
-        env={**env, "ICEBATCH_HOME": str(home)},
+        # the handlers' JSON records, kept off a terminal by default, asked for as Powertools users ask for them
+        env={**env, "ICEBATCH_HOME": str(home), "POWERTOOLS_LOG_LEVEL": "INFO"},
         timeout=900,
         cwd=tmp_path,
     )
