@@ -238,3 +238,11 @@ def test_the_published_schemas_accept_the_packaged_files_and_refuse_a_misspelt_k
     misspelt = {"consumers": [{**consumers["consumers"][0], "backlog_treshold": 5}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(misspelt, consumers_schema)
+
+
+def test_the_results_command_offers_every_status_a_result_row_can_have() -> None:
+    # the CLI keeps its own copy (its parser is built without importing the data plane's writer); they agree
+    from icebatch.tools.cli.results import STATUSES as OFFERED
+    from icebatch_job.commit.results import STATUSES
+
+    assert OFFERED == STATUSES
