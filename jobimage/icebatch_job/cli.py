@@ -24,14 +24,22 @@ RUN_DESCRIPTION = (
     "Run one job against the configured catalog: plan the range after the consumer's watermark, stream it "
     "through the LLM, commit the results in chunks (ICEBATCH_CHUNK_ROWS; the last one moves the watermark), "
     "print the INCREMENTAL STATE / BATCH SUMMARY / TOKENOMICS blocks and emit a completion event. With "
-    "nothing new it prints `new tickets : 0` and starts no engine. A run part way through its range (an "
-    "earlier attempt was killed) is resumed: only the rows not yet committed are processed. SIGTERM commits "
-    "the finished rows and exits (a second signal exits at once); so does a job that waits "
-    "ICEBATCH_STALL_SECONDS for a result. Exit status: 0 done or nothing new, 5 another run covered the range "
-    "first, 1 failed (a 'Batch Job Failed' event was emitted; committed rows stay), 2 bad input or "
-    "configuration, 3 a dependency is unavailable or the job stalled, 130 interrupted."
+    "nothing new it prints `new rows : 0` (the consumer's row_noun) and starts no engine. A run part way "
+    "through its range (an earlier attempt was killed) is resumed: only the rows not yet committed are "
+    "processed. SIGTERM commits the finished rows and exits (a second signal exits at once); so does a job "
+    "that waits ICEBATCH_STALL_SECONDS for a result. Exit status: 0 done, nothing new, or deferred (a run "
+    "the launcher gave no GPU whose range has changed rows for the model: nothing committed, its next "
+    "attempt gets one), 5 another run covered the range first, 1 failed (a 'Batch Job Failed' event was "
+    "emitted; committed rows stay), 2 bad input or configuration, 3 a dependency is unavailable or the job "
+    "stalled, 130 interrupted."
 )
-STATUS = {"completed": EXIT_OK, "nothing_new": EXIT_OK, "conflict": EXIT_CONFLICT, "failed": EXIT_FAILED}
+STATUS = {
+    "completed": EXIT_OK,
+    "nothing_new": EXIT_OK,
+    "deferred": EXIT_OK,
+    "conflict": EXIT_CONFLICT,
+    "failed": EXIT_FAILED,
+}
 
 
 def snapshot_arg(value: str) -> int | None:

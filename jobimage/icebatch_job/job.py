@@ -2,7 +2,8 @@
 
 ``python -m icebatch_job run`` (the RayJob's entrypoint; ``icebatch job run`` by hand, and the local
 backend's in-process call) ends in exactly one of: ``nothing_new`` (no engine started), ``completed``
-("Batch Job Completed" emitted), ``conflict`` (another run covered the range first; output discarded)
+("Batch Job Completed" emitted), ``deferred`` (a run given no GPU whose range needs the model: nothing
+committed, the next attempt gets one), ``conflict`` (another run covered the range first; output discarded)
 or ``failed`` ("Batch Job Failed" emitted, including on SIGTERM). The rows a failed attempt committed
 stay committed (``resumable``): the next attempt of the run processes only the rest of its range.
 The steps, in order: ``plan`` -> ``start`` -> ``stream`` (chunks are committed as rows finish) ->
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Status = Literal["nothing_new", "completed", "conflict", "failed"]
+Status = Literal["nothing_new", "completed", "deferred", "conflict", "failed"]
 Stage = Literal["plan", "start", "inference", "write", "commit"]
 
 
@@ -200,6 +201,8 @@ def run_job(
         if not plan(run):
             return JobResult("nothing_new")
         if prepare(run):
+            if run.settings.top.job_engine == "off":
+                return deferred(run)
             built = start(run)
             stream(run, built)
         commit = commit_run(run)
@@ -231,6 +234,18 @@ def conflicted(run: JobRun, error: WatermarkConflictError) -> JobResult:
                     "discarded, not reported as a failure", run.plan.run_id, c.received, run.timing.engine_seconds,
                     run_cost(totals, run.settings).lifetime_cost)  # fmt: skip
     return JobResult("conflict", plan=run.plan)
+
+
+def deferred(run: JobRun) -> JobResult:
+    """A run the launcher gave no GPU (rows deleted or rewritten, none added) whose range holds rows the model must
+    see (content a copy-on-write ``UPDATE`` or ``MERGE`` changed): nothing is committed and no engine started. Not
+    a failure: the launcher gives the range's next attempt a GPU (``launcher.job_spec``), at the next trigger."""
+    assert run.plan is not None and run.work is not None
+    run.out(
+        f"deferred: {run.work.todo:,} {run.consumer.row_noun} of the range changed and need the model, which "
+        "this run (no GPU) does not start; nothing committed: the launcher gives the range's next attempt a GPU"
+    )
+    return JobResult("deferred", plan=run.plan)
 
 
 def plan(run: JobRun) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pyarrow as pa
 import pytest
 from icebatch.control.backends.eks_auth import _CLUSTERS, cluster_info
 from icebatch.control.backends.kuberay import KubeRayBackend
@@ -565,3 +566,59 @@ def test_rows_deleted_since_the_watermark_launch_a_run_with_no_gpu_to_remove_the
     tickets(s2, 10)
     assert run_once(ResultsLedger(open_catalog(s2), load_consumers(s2)[0])) is not None
     assert decide(s2, event("glue-table-change.json"))["decision"] == "skip"
+
+
+def test_rows_changed_by_a_copy_on_write_update_are_labelled_by_the_next_attempt_with_a_gpu(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    from icebatch_job.job import JobRequest, run_job
+
+    from tests.support.crafted_history import update_copy_on_write
+
+    # given a consumer that labelled 60 rows, then a copy-on-write UPDATE of three of them (one `overwrite`
+    # snapshot, as Spark's UPDATE or MERGE leaves it: their files rewritten, nothing appended)
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 500})
+    tickets(s, 60)
+    ledger = ResultsLedger(open_catalog(s), load_consumers(s)[0])
+    assert run_once(ledger) is not None
+    ids = sorted(ledger.source().scan(selected_fields=("ticket_id",)).to_arrow().column(0).to_pylist())[:3]
+
+    def reopen(rows: Any) -> Any:
+        subjects = [
+            f"{s} (reopened)" if i in ids else s
+            for i, s in zip(rows["ticket_id"].to_pylist(), rows["subject"].to_pylist(), strict=True)
+        ]
+        return rows.set_column(
+            rows.schema.get_field_index("subject"), "subject", pa.array(subjects, rows["subject"].type)
+        )
+
+    update_copy_on_write(ledger.source(), reopen)
+    # when the table-change event arrives, the launcher launches a run with no GPU worker, its job told so
+    first = decide(s, event("glue-table-change.json"))
+    assert first["decision"] == "launch" and "rewritten (copy-on-write)" in first["reason"], first["reason"]
+    spec = first["manifest"]["spec"]["rayClusterSpec"]
+    assert spec["workerGroupSpecs"][0]["replicas"] == 0
+    pod_env = {e["name"]: e["value"] for e in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}
+    assert pod_env["ICEBATCH_JOB_ENGINE"] == "off"
+    # and that job, run with its pod's settings, starts no engine for the changed rows: it ends deferred (exit 0,
+    # not a failure), committing nothing
+    head = ledger.results().current_snapshot().snapshot_id  # type: ignore[union-attr]
+    pod = s.with_overrides(job_engine="off", job_consumer=load_consumers(s)[0].to_json())
+    result = run_job(
+        pod, JobRequest(run_id=first["run_id"], to_snapshot=first["current_snapshot_id"]), out=lambda _: None
+    )
+    assert result.status == "deferred"
+    assert ledger.results().refresh().current_snapshot().snapshot_id == head  # type: ignore[union-attr]
+    k8s.set_status(first["job_name"], jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
+    # when the next trigger arrives, the range's next attempt has a GPU worker and the model
+    second = decide(s, event("schedule.json"))
+    assert second["decision"] == "launch" and "this one has the model" in second["reason"], second["reason"]
+    assert second["manifest"]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] >= 1
+    assert "ICEBATCH_JOB_ENGINE" not in {e["name"] for e in second["manifest"]["spec"]["rayClusterSpec"]
+                                         ["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}  # fmt: skip
+    # and, run, it labels exactly the three changed rows, whose new verdicts replace the old
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 3
+    verdicts = ledger.results().scan(selected_fields=("source_id", "summary")).to_arrow().to_pylist()  # type: ignore[union-attr]
+    assert sorted(v["source_id"] for v in verdicts) == sorted(set(v["source_id"] for v in verdicts))
+    assert sorted(v["source_id"] for v in verdicts if v["summary"].endswith("(reopened)")) == ids

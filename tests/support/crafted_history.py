@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pyiceberg.manifest import write_manifest_list
 from pyiceberg.table import Table
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def add_empty_appends(
@@ -174,3 +179,28 @@ def positions_of(table: Table, ids: list[str], id_column: str = "ticket_id") -> 
             if value in ids:
                 out.setdefault(task.file.file_path, []).append(pos)
     return out
+
+
+def update_copy_on_write(table: Table, change: Callable[[pa.Table], pa.Table]) -> int:
+    """Commit one ``overwrite`` snapshot as Spark's copy-on-write ``UPDATE`` / ``MERGE`` leaves it: each data file
+    whose rows ``change`` alters is replaced by a file of its rows after the change (the unchanged ones copied), in
+    the same snapshot; nothing is appended. (pyiceberg's own ``overwrite`` and ``upsert`` commit a delete and an
+    append.) Returns the snapshot id, or the current one when nothing changed."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    rewrites = []
+    for task in table.scan().plan_files():
+        with table.io.new_input(task.file.file_path).open() as f:
+            rows = pq.read_table(f).cast(table.schema().as_arrow())
+        changed = change(rows)
+        if not changed.equals(rows):
+            rewrites.append((task.file, changed))
+    if not rewrites:
+        return table.metadata.current_snapshot_id  # type: ignore[return-value]
+    with table.transaction() as txn, txn.update_snapshot().overwrite() as overwrite:
+        for old, rows in rewrites:
+            overwrite.delete_data_file(old)
+            for new in _dataframe_to_data_files(table.metadata, rows, table.io, overwrite.commit_uuid):
+                overwrite.append_data_file(new)
+    return table.refresh().metadata.current_snapshot_id  # type: ignore[return-value]

@@ -64,7 +64,9 @@ class GateInput:
     ignore_reason: str | None = None
     refusal: Refusal | None = None
     resume: str | None = None  # a run part way through its range (``Pending.describe()``)
-    removals: int = 0  # no new rows, but rows deleted or rewritten since the watermark: verdicts to remove
+    removals: int = 0  # no new rows, but rows deleted since the watermark: verdicts to remove
+    rewritten: int = 0  # no new rows, but rows rewritten (copy-on-write) since the watermark: matched by content
+    deferred: bool = False  # the range's last attempt had no model and found changed rows that need it
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def _blocked(g: GateInput) -> GateResult | None:
         return GateResult("already_launched", f"{g.active_job.name} is already running for this range")
     if g.active_job is not None:
         return GateResult("skip", f"job {g.active_job.name} is still active for this consumer")
-    if g.backlog_rows <= 0 and g.removals <= 0:
+    if g.backlog_rows <= 0 and g.removals <= 0 and g.rewritten <= 0:
         return GateResult("skip", "nothing new since the watermark")
     if g.failed_attempts >= g.max_attempts:
         stuck = f"; {g.resume}, stuck before its next chunk" if g.resume else ""
@@ -111,6 +113,19 @@ def _blocked(g: GateInput) -> GateResult | None:
     return None
 
 
+def _why_no_new_rows(g: GateInput) -> str:
+    """A run over rows deleted or rewritten since the watermark, none added."""
+    if g.deferred:
+        return (f"{g.rewritten} rewritten rows since the watermark: the range's last attempt (no model) found rows "
+                "whose content changed; this one has the model")  # fmt: skip
+    if not g.rewritten:
+        return f"{g.removals} deleted rows since the watermark: their verdicts removed (no model, no GPU)"
+    deleted = f"{g.removals} deleted rows since the watermark, " if g.removals else "since the watermark: "
+    return (f"{deleted}{g.rewritten} rewritten (copy-on-write): verdicts of deleted rows removed, rewritten rows "
+            "matched by content (no model, no GPU; should some have changed, the range's next attempt has "
+            "the model)")  # fmt: skip
+
+
 def _why_launch(g: GateInput) -> str | None:
     stale = (
         g.max_staleness_seconds > 0
@@ -120,7 +135,7 @@ def _why_launch(g: GateInput) -> str | None:
     if g.resume is not None:
         return f"resume {g.resume}"
     if g.backlog_rows <= 0:  # whatever the trigger and the threshold: an erased row's verdict goes at once
-        return f"{g.removals} deleted rows since the watermark: their verdicts removed (no model, no GPU)"
+        return _why_no_new_rows(g)
     if g.kind == "schedule":
         return f"scheduled drain of {g.backlog_rows} rows"
     if g.kind == "manual" and g.force:

@@ -109,6 +109,7 @@ class Observation:
     estimate: Estimate | None = None
     spent_today: float = 0.0
     pending: Pending | None = None  # a run part way through its range: the launch resumes it
+    deferred: bool = False  # the range's last attempt had no model and found rows that need it
 
 
 def launch(
@@ -160,15 +161,20 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         return Observation(refusal=Refusal("invalid_task", str(e)))
     age = backlog.oldest_pending_age_seconds(int(ctx.now.timestamp() * 1000))
     tag = range_tag(ctx.settings.top.deployment, consumer.name, consumer.task_version, watermark.source_snapshot_id)
-    removals_only = backlog.rows <= 0 and backlog.rewrites  # rows deleted since the watermark, none added
+    removals_only = backlog.rows <= 0 and backlog.rewrites  # rows deleted or rewritten since the watermark, none added
     if backlog.rows <= 0 and not removals_only:
         return Observation(backlog=backlog, age_seconds=age, tag=tag)
-    if not removals_only and (problem := model_problem(consumer, ctx.settings)):  # before a GPU node is bought
-        return Observation(refusal=Refusal("invalid_task", problem))
     jobs = ctx.jobs(consumer.name)
     same = [j for j in jobs if j.from_tag == tag]
+    # a removals-only range's first attempt has no model (no GPU on kuberay); one that found rows the model must
+    # see (a copy-on-write UPDATE changed them) ended "deferred" without moving the watermark: the next one has it
+    deferred = removals_only and any(j.succeeded for j in same)
+    needs_model = not removals_only or deferred
+    if needs_model and (problem := model_problem(consumer, ctx.settings)):  # before a GPU node is bought
+        return Observation(refusal=Refusal("invalid_task", problem))
     active = next((j for j in jobs if not j.terminal), None)
     runs = ledger.runs()
+    rows = pending.rows_remaining if pending else backlog.rows if not removals_only else backlog.skipped_rows
     return Observation(
         backlog=backlog,
         age_seconds=age,
@@ -176,11 +182,10 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         attempt=max((j.attempt for j in same), default=0) + 1,
         failed_attempts=sum(1 for j in same if j.failed),
         active=ActiveJob(active.name, active.from_tag == tag) if active else None,
-        estimate=None
-        if removals_only
-        else estimate_run(pending.rows_remaining if pending else backlog.rows, consumer, runs, ctx.settings),
+        estimate=estimate_run(max(rows, 1), consumer, runs, ctx.settings) if needs_model else None,
         spent_today=spent_on(ctx.now, runs, ctx.settings),
         pending=pending,
+        deferred=deferred,
     )
 
 
@@ -205,22 +210,33 @@ def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Con
         refusal=seen.refusal,
         resume=seen.pending.describe() if seen.pending else None,
         removals=_removals(seen.backlog),
+        rewritten=_rewritten(seen.backlog),
+        deferred=seen.deferred,
     )
 
 
 def _removals(backlog: Backlog | None) -> int:
-    """Rows deleted or rewritten since the watermark when none were added: a run with only verdicts to remove."""
+    """Rows deleted since the watermark when none were added (at least 1 when rows were only rewritten): a run
+    that removes verdicts and matches rewritten rows by content."""
     if backlog is None or backlog.rows > 0 or not backlog.rewrites:
         return 0
-    return max(backlog.deleted_rows, 1)
+    return max(backlog.deleted_rows, 0 if backlog.skipped_rows else 1)
+
+
+def _rewritten(backlog: Backlog | None) -> int:
+    """Rows rewritten (copy-on-write: copies, changed rows) since the watermark when none were added."""
+    if backlog is None or backlog.rows > 0 or not backlog.rewrites:
+        return 0
+    return backlog.skipped_rows
 
 
 def job_spec(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> JobSpec:
     """A new run over the backlog, or the next attempt of the run part way through (same run, same range).
-    A run that only removes verdicts gets no GPU worker on kuberay (``gpus`` 0: the job runs on the head)."""
+    A run over rows deleted or rewritten, none added, gets no GPU worker on kuberay (``gpus`` 0: the job runs on
+    the head, with no model) unless its range's last attempt found rows that need the model (``deferred``)."""
     assert seen.backlog is not None and seen.backlog.current_snapshot_id is not None
     kuberay = ctx.settings.top.backend == "kuberay"
-    gpus = seen.estimate.gpus if seen.estimate and kuberay else 0 if kuberay and _removals(seen.backlog) else 1
+    gpus = seen.estimate.gpus if seen.estimate and kuberay else 0 if kuberay else 1
     p = seen.pending
     return JobSpec(
         name=job_name(consumer.name, seen.tag, seen.attempt),

@@ -94,8 +94,12 @@ class JobSpec:
 
 def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dict[str, str]]:
     """The environment of the job's containers: its settings and its consumer."""
-    # a run that only removes verdicts (no GPU worker: ``gpus`` 0) starts no engine; the setting's floor is one
-    env = settings.job_environment(home=home, concurrency=max(spec.gpus, 1), job_consumer=spec.consumer.to_json())
+    # a run given no GPU worker (``gpus`` 0: rows deleted or rewritten, none added) starts no engine
+    # (``job_engine`` off: rows that need the model are left to the range's next attempt); the concurrency floor is one
+    env = settings.job_environment(
+        home=home, concurrency=max(spec.gpus, 1), job_consumer=spec.consumer.to_json(),
+        job_engine=None if spec.gpus else "off",
+    )  # fmt: skip
     return [{"name": k, "value": v} for k, v in env.items()]
 
 

@@ -507,6 +507,12 @@ class TopSettings(Section):
         default=None,
         description="Set by the launcher for a job: the consumer it runs for, with its task (JSON). Not set by hand.",
     )
+    job_engine: Literal["on", "off"] = Field(
+        default="on",
+        description="Set by the launcher for a job: `off` when it gave the run no GPU (rows deleted or rewritten, "
+        "none added). Such a run removes verdicts; rows whose content changed and need the model are left to the "
+        "range's next attempt, which gets a GPU. Not set by hand.",
+    )
 
     @field_validator("deployment")
     @classmethod
