@@ -594,7 +594,7 @@ def test_rows_deleted_with_none_added_launch_a_run_that_removes_their_verdicts_w
     response = json.loads(capsys.readouterr().out)
     [d] = response["decisions"]
     # then it launched, whatever the threshold, and the run removed the two verdicts with no Ray and no engine
-    assert d["decision"] == "launch" and "2 deleted rows since the watermark" in d["reason"], d
+    assert d["decision"] == "launch" and d["reason"].startswith("2 deleted and "), d
     assert not ray.is_initialized()
     assert not set(gone) & set(ledger_ids(ledger))
     _every_live_row_once(ledger)
@@ -609,3 +609,66 @@ def test_rows_deleted_with_none_added_launch_a_run_that_removes_their_verdicts_w
     assert "verdicts removed      : 2" in capsys.readouterr().out
     # and the next trigger finds nothing to do
     assert ledger.backlog().rows == 0 and not ledger.backlog().rewrites
+
+
+# --------------------------------------------------------------------------------------------------
+# per-consumer policy: on_delete, on_update
+# --------------------------------------------------------------------------------------------------
+def _with_policy(settings: Settings, **policy: str) -> ResultsLedger:
+    ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+    return open_ledger(settings, triage(settings).model_copy(update=policy))
+
+
+def test_on_delete_keep_leaves_the_verdicts_of_deleted_rows_and_launches_nothing_for_them(settings: Settings) -> None:
+    from pyiceberg.expressions import In
+
+    # given a consumer whose results are a record (on_delete: keep) that labelled its source's 12 rows
+    ledger = _with_policy(settings, on_delete="keep")
+    _append(ledger, 12, seed=1)
+    run_once(ledger)
+    # when three rows are deleted from the source (pyiceberg rewrites their file: copy-on-write) and nothing new
+    # arrives, then the launcher's run over it removes nothing (the copies, matched by content, are not labelled)
+    gone = source_ids(ledger)[:3]
+    ledger.source().delete(In("ticket_id", gone))
+    consumers = consumers_file(settings.home / "consumers", {"name": "triage", "on_delete": "keep"})
+    decision = invoke("launcher", SCHEDULE, settings.with_overrides(consumers_file=consumers))["decisions"][0]
+    assert decision["decision"] == "launch", decision
+    assert decision["reason"].startswith("9 rows rewritten (copy-on-write)") and "removed" not in decision["reason"]
+    assert set(gone) <= set(ledger_ids(ledger)) and ledger.backlog().rows == 0
+    # and a delete that rewrites nothing (a whole file's rows) launches no run at all
+    before = set(source_ids(ledger))
+    _append(ledger, 4, seed=3)
+    run_once(ledger)
+    whole_file = sorted(set(source_ids(ledger)) - before)
+    ledger.source().delete(In("ticket_id", whole_file))
+    decision = invoke("launcher", SCHEDULE, settings.with_overrides(consumers_file=consumers))["decisions"][0]
+    assert decision["decision"] == "skip" and "nothing new" in decision["reason"], decision
+    assert set(whole_file) <= set(ledger_ids(ledger))
+    # when two new rows arrive and a run goes, then it labels them and leaves the deleted rows' verdicts
+    _append(ledger, 2, seed=2)
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 2
+    assert set(gone) | set(whole_file) <= set(ledger_ids(ledger)) and len(ledger_ids(ledger)) == 18
+    assert _summary(ledger)["icebatch.verdicts-removed-deleted"] == "0"
+
+
+def test_on_update_keep_first_sends_no_changed_row_again(settings: Settings) -> None:
+    # given a consumer that keeps a row's first verdict (on_update: keep_first) and labelled 10 rows
+    ledger = _with_policy(settings, on_update="keep_first")
+    _append(ledger, 10, seed=1)
+    run_once(ledger)
+    first = _summaries(ledger)
+    # when two rows are updated (new subjects) and one inserted by an upsert
+    source = ledger.source()
+    rows = source.scan().to_arrow().sort_by("ticket_id")
+    changed = rows.slice(0, 2)
+    subjects = [f"{s} (reopened)" for s in changed["subject"].to_pylist()]
+    changed = changed.set_column(changed.schema.get_field_index("subject"), "subject", pa.array(subjects))
+    new = pa.Table.from_pylist(generate_tickets(1, random.Random(7)), schema=source.schema().as_arrow())
+    new = new.set_column(0, "ticket_id", pa.array(["T-NEW"]))
+    source.upsert(pa.concat_tables([changed.cast(rows.schema), new.cast(rows.schema)]), ["ticket_id"])
+    run = run_once(ledger)
+    # then only the new row went to the model; the changed rows keep their first verdicts, one each
+    assert run is not None and run.stats.rows == 1
+    _every_live_row_once(ledger)
+    assert {i: s for i, s in _summaries(ledger).items() if i != "T-NEW"} == first

@@ -60,6 +60,10 @@ def g(**kw) -> GateInput:  # type: ignore[no-untyped-def]
             "still active",
         ),
         ({"kind": "append", "backlog_rows": 0, "removals": 0}, "skip", "nothing new"),
+        # rows rewritten (copy-on-write), none added: a run with no model, then one with it if some had changed
+        ({"backlog_rows": 0, "rewritten": 9}, "launch", "9 rows rewritten (copy-on-write) since the watermark"),
+        ({"backlog_rows": 0, "removals": 2, "rewritten": 9}, "launch", "2 deleted and 9 rewritten"),
+        ({"backlog_rows": 0, "rewritten": 9, "deferred": True}, "launch", "this one has the model"),
     ],
 )
 def test_gate_decisions(kw: dict, decision: str, reason: str) -> None:

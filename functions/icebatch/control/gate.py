@@ -120,10 +120,11 @@ def _why_no_new_rows(g: GateInput) -> str:
                 "whose content changed; this one has the model")  # fmt: skip
     if not g.rewritten:
         return f"{g.removals} deleted rows since the watermark: their verdicts removed (no model, no GPU)"
-    deleted = f"{g.removals} deleted rows since the watermark, " if g.removals else "since the watermark: "
-    return (f"{deleted}{g.rewritten} rewritten (copy-on-write): verdicts of deleted rows removed, rewritten rows "
-            "matched by content (no model, no GPU; should some have changed, the range's next attempt has "
-            "the model)")  # fmt: skip
+    later = "(no model, no GPU; should some have changed, the range's next attempt has the model)"
+    if not g.removals:
+        return f"{g.rewritten} rows rewritten (copy-on-write) since the watermark: matched by content {later}"
+    return (f"{g.removals} deleted and {g.rewritten} rewritten (copy-on-write) rows since the watermark: verdicts of "
+            f"deleted rows removed, rewritten rows matched by content {later}")  # fmt: skip
 
 
 def _why_launch(g: GateInput) -> str | None:

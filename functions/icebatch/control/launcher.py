@@ -161,7 +161,10 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         return Observation(refusal=Refusal("invalid_task", str(e)))
     age = backlog.oldest_pending_age_seconds(int(ctx.now.timestamp() * 1000))
     tag = range_tag(ctx.settings.top.deployment, consumer.name, consumer.task_version, watermark.source_snapshot_id)
-    removals_only = backlog.rows <= 0 and backlog.rewrites  # rows deleted or rewritten since the watermark, none added
+    # rows deleted or rewritten since the watermark, none added (deleted rows alone: unless their verdicts stay)
+    removals_only = (
+        backlog.rows <= 0 and backlog.rewrites and (consumer.on_delete == "delete" or backlog.skipped_rows > 0)
+    )
     if backlog.rows <= 0 and not removals_only:
         return Observation(backlog=backlog, age_seconds=age, tag=tag)
     jobs = ctx.jobs(consumer.name)
@@ -209,7 +212,7 @@ def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Con
         ignore_reason=seen.ignore,
         refusal=seen.refusal,
         resume=seen.pending.describe() if seen.pending else None,
-        removals=_removals(seen.backlog),
+        removals=_removals(seen.backlog) if consumer.on_delete == "delete" else 0,
         rewritten=_rewritten(seen.backlog),
         deferred=seen.deferred,
     )

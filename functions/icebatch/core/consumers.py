@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -52,6 +52,16 @@ Gpus = Annotated[int, Field(ge=1, le=64)]
 ModelName = Annotated[str, Field(min_length=1, max_length=1024)]
 # what a row of the source is called in reports, SNS subjects and the CLI ("tickets", "reviews")
 RowNoun = Annotated[str, Field(pattern=r"^[a-z][a-z -]{0,22}[a-z]$")]
+OnDelete = Literal["delete", "keep"]
+OnUpdate = Literal["relabel", "keep_first"]
+ON_DELETE = (
+    "Verdicts of rows deleted from the source: `delete` (removed by the next run, in the commit that moves the "
+    "watermark) or `keep` (the results stay a record of what was labelled)."
+)
+ON_UPDATE = (
+    "A labelled row whose content (its id and the columns the task reads) changed: `relabel` (sent to the model "
+    "again, its new verdict replacing the old) or `keep_first` (not sent again: its first verdict stays)."
+)
 
 
 def _consumer_name(value: str) -> str:
@@ -77,6 +87,8 @@ class _Entry(BaseModel):
     model: ModelName | None = None
     budget: Budget | None = None
     row_noun: RowNoun = Field(default="rows", description='What a source row is called in reports ("tickets").')
+    on_delete: OnDelete = Field(default="delete", description=ON_DELETE)
+    on_update: OnUpdate = Field(default="relabel", description=ON_UPDATE)
 
     @field_validator("name")
     @classmethod
@@ -99,6 +111,8 @@ class Consumer(BaseModel):
     model: ModelName | None = None
     budget: Budget | None = None
     row_noun: RowNoun = Field(default="rows", description='What a source row is called in reports ("tickets").')
+    on_delete: OnDelete = Field(default="delete", description=ON_DELETE)
+    on_update: OnUpdate = Field(default="relabel", description=ON_UPDATE)
 
     @field_validator("name")
     @classmethod
@@ -217,6 +231,8 @@ def _resolve(path: Path, index: int, raw: Any, settings: Settings) -> Consumer:
             model=entry.model,
             budget=entry.budget,
             row_noun=entry.row_noun,
+            on_delete=entry.on_delete,
+            on_update=entry.on_update,
         )
     except ValidationError as e:
         raise ConfigError(f"{where}: {_first(e)}") from e

@@ -57,10 +57,12 @@ class Unchanged:
 
 
 def unchanged(
-    candidates: Iterable[pa.Table], id_column: str, done: DoneRows, results: Table | None, task_version: int
-) -> Unchanged:
+    candidates: Iterable[pa.Table], id_column: str, done: DoneRows, results: Table | None, task_version: int,
+    *, keep_first: bool = False,
+) -> Unchanged:  # fmt: skip
     """Of the range's rows (as read: with ``SOURCE_FILE``/``SOURCE_POS``/``SOURCE_HASH``), those not done whose
-    (id, hash) has a verdict of ``task_version``, or repeats an earlier row's."""
+    (id, hash) has a verdict of ``task_version``, or repeats an earlier row's. ``keep_first`` (the consumer's
+    ``on_update``): also those whose id has a verdict of ``task_version``, whatever its content."""
     import pyarrow as pa
 
     batches = [b for b in candidates if b.num_rows]
@@ -73,6 +75,8 @@ def unchanged(
     ids = [str(v) for v in table.column(id_column).to_pylist()]
     hashes = table.column(SOURCE_HASH).to_pylist()
     known, any_content = _verdicts(results, task_version, set(ids))
+    if keep_first:
+        any_content = any_content | {i for i, _ in known}
     already = done.contains(files, positions)
     seen: set[tuple[str, int]] = set()
     skip_files, skip_positions = [], []
@@ -141,10 +145,11 @@ class Removals:
 
 def removals(
     source: Table, to_snapshot: int, id_column: str, results: Table | None, run_id: str, task_version: int,
-    labelled: Iterable[str],
+    labelled: Iterable[str], *, keep_deleted: bool = False,
 ) -> Removals:  # fmt: skip
-    """The verdicts of ids not live in the source at ``to_snapshot`` (``id_column``: its name there), and those
-    of this task version that this run's verdicts (``labelled``: ids of its rows not yet committed) supersede."""
+    """The verdicts of ids not live in the source at ``to_snapshot`` (``id_column``: its name there; none when
+    ``keep_deleted``, the consumer's ``on_delete: keep``), and those of this task version that this run's verdicts
+    (``labelled``: ids of its rows not yet committed) supersede."""
     import pyarrow.compute as pc
     from pyiceberg.expressions import And, EqualTo, In, NotEqualTo
 
@@ -153,9 +158,11 @@ def removals(
     equal_to: Any = EqualTo  # the pydantic mypy plugin misreads these expressions' own __init__
     not_equal_to: Any = NotEqualTo
     is_in: Any = In
-    live = as_ids(source.scan(snapshot_id=to_snapshot, selected_fields=(id_column,)).to_arrow().column(0))
-    ids = results.scan(selected_fields=("source_id",)).to_arrow().column(0)
-    gone = sorted(set(ids.filter(pc.invert(pc.is_in(ids, value_set=live))).to_pylist()))
+    gone: list[str] = []
+    if not keep_deleted:
+        live = as_ids(source.scan(snapshot_id=to_snapshot, selected_fields=(id_column,)).to_arrow().column(0))
+        ids = results.scan(selected_fields=("source_id",)).to_arrow().column(0)
+        gone = sorted(set(ids.filter(pc.invert(pc.is_in(ids, value_set=live))).to_pylist()))
     # (results files are written per chunk: a filter on the run prunes to its own files by their column bounds)
     mine = results.scan(row_filter=equal_to("run_id", run_id), selected_fields=("source_id",)).to_arrow()
     relabelled = sorted({*mine.column(0).to_pylist(), *labelled})

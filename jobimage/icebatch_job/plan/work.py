@@ -47,7 +47,8 @@ def plan_work(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Tabl
     skip = progress.done.union(planned.deleted) if len(planned.deleted) else progress.done
     if not planned.rewrites:
         return plan, Work(planned, progress, skip, planned.rows)
-    found = unchanged(read_rows(planned, skip), task.id_column, skip, ledger.results(), task.version)
+    found = unchanged(read_rows(planned, skip), task.id_column, skip, ledger.results(), task.version,
+                      keep_first=ledger.consumer.on_update == "keep_first")  # fmt: skip
     rows = planned.rows - found.count
     work = Work(planned, progress, skip.union(found.rows), rows, found.count)
     return replace(plan, expected_rows=rows), work
@@ -64,9 +65,11 @@ def last_commit(
     renamed = plan.source_columns.renamed if plan.source_columns else {}
     id_column = {t: s for s, t in renamed.items()}.get(task.id_column, task.id_column)
 
+    keep_deleted = ledger.consumer.on_delete == "keep"
+
     def removing(rows: pa.Table) -> tuple[Any, dict[str, str]]:
         found = removals(source, plan.to_snapshot_inclusive, id_column, ledger.results(), plan.run_id,
-                         plan.task_version, labelled_ids(rows))  # fmt: skip
+                         plan.task_version, labelled_ids(rows), keep_deleted=keep_deleted)  # fmt: skip
         if found.count:
             out(f"removing {len(found.gone):,} verdicts of rows deleted from the source and "
                 f"{len(found.superseded):,} superseded by this run's")  # fmt: skip
