@@ -40,7 +40,8 @@ from icebatch_job.example.tickets import append_tickets, ensure_source_table, ge
 from pyiceberg.expressions import AlwaysTrue, In
 
 from tests.support.consumers import triage
-from tests.support.crafted_history import add_position_deletes, positions_of
+from tests.support.crafted_history import add_position_deletes, positions_of, upsert_with_equality_deletes
+from tests.support.live_rows import has_equality_deletes, live_rows
 from tests.support.runs import Crash, dies_after, expire_all_but_current, run_once
 
 pytestmark = pytest.mark.functional
@@ -65,8 +66,8 @@ class Lifecycle(RuleBasedStateMachine):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # --- what the source's writers and maintenance do ----------------------------------------------
-    def _rows(self) -> pa.Table:
-        return self.ledger.source().scan().to_arrow().sort_by("ticket_id")
+    def _rows(self) -> pa.Table:  # independent of pyiceberg's scan, which reads no equality delete
+        return live_rows(self.ledger.source()).sort_by("ticket_id")
 
     def _live(self) -> dict[str, tuple[Any, ...]]:
         columns = (self.task.id_column, *self.task.input_columns)
@@ -76,30 +77,33 @@ class Lifecycle(RuleBasedStateMachine):
     def _has_rows(self) -> bool:
         return self._rows().num_rows > 0
 
+    def _pyiceberg_writes(self) -> bool:  # pyiceberg deletes, overwrites and upserts by scanning: none past Flink's
+        return self._has_rows() and not has_equality_deletes(self.ledger.source())
+
     @rule(n=st.integers(1, 8))
     def append(self, n: int) -> None:
         self.seed += 1
         append_tickets(self.ledger.source(), generate_tickets(n, random.Random(self.seed)))
 
-    @precondition(_has_rows)
+    @precondition(_pyiceberg_writes)
     @rule(data=st.data())
     def delete_some(self, data: st.DataObject) -> None:
         ids = sorted(self._live())
         gone = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3, unique=True))
         self.ledger.source().delete(In("ticket_id", gone))
 
-    @precondition(_has_rows)
+    @precondition(_pyiceberg_writes)
     @rule(data=st.data())
     def delete_merge_on_read(self, data: st.DataObject) -> None:
         gone = data.draw(st.lists(st.sampled_from(sorted(self._live())), min_size=1, max_size=2, unique=True))
         add_position_deletes(self.ledger.source(), positions_of(self.ledger.source(), gone))
 
-    @precondition(_has_rows)
+    @precondition(_pyiceberg_writes)
     @rule()
     def overwrite_with_the_same_rows(self) -> None:
         self.ledger.source().overwrite(self._rows())
 
-    @precondition(_has_rows)
+    @precondition(_pyiceberg_writes)
     @rule(data=st.data())
     def upsert_changed_rows(self, data: st.DataObject) -> None:
         rows = self._rows()
@@ -110,10 +114,29 @@ class Lifecycle(RuleBasedStateMachine):
         edited = pc.binary_join_element_wise(pc.fill_null(changed["subject"], ""), f" (edit {self.seed})", "")
         self.ledger.source().upsert(changed.set_column(subject, "subject", edited), ["ticket_id"])
 
-    @precondition(_has_rows)
+    @precondition(_pyiceberg_writes)
     @rule()
     def truncate(self) -> None:
         self.ledger.source().delete(AlwaysTrue())
+
+    @precondition(_has_rows)
+    @rule(data=st.data(), new=st.integers(0, 2), erase=st.booleans())
+    def upsert_like_flink(self, data: st.DataObject, new: int, erase: bool) -> None:
+        """Flink's upsert mode: changed, unchanged and new rows in a data file beside an equality delete of their
+        keys; or a delete of keys alone."""
+        rows = self._rows()
+        picked = data.draw(st.lists(st.integers(0, rows.num_rows - 1), min_size=1, max_size=3, unique=True))
+        chosen = rows.take(pa.array(picked))
+        if erase:
+            upsert_with_equality_deletes(self.ledger.source(), chosen.select(["ticket_id"]), "ticket_id")
+            return
+        self.seed += 1
+        subject = chosen.schema.get_field_index("subject")
+        edited = pc.binary_join_element_wise(pc.fill_null(chosen["subject"], ""), f" (flink {self.seed})", "")
+        edited = pc.if_else(pa.array([i % 2 == 0 for i in range(chosen.num_rows)]), edited, chosen["subject"])
+        added = pa.Table.from_pylist(generate_tickets(new, random.Random(self.seed)), schema=rows.schema)
+        upserted = pa.concat_tables([chosen.set_column(subject, "subject", edited), added])
+        upsert_with_equality_deletes(self.ledger.source(), upserted, "ticket_id")
 
     def _expirable(self) -> bool:  # a run part way through keeps its range's end (expiring it: README, Limitations)
         return len(self.ledger.source().metadata.snapshots) > 1 and self.ledger.pending() is None

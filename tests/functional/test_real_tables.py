@@ -672,3 +672,51 @@ def test_on_update_keep_first_sends_no_changed_row_again(settings: Settings) -> 
     assert run is not None and run.stats.rows == 1
     _every_live_row_once(ledger)
     assert {i: s for i, s in _summaries(ledger).items() if i != "T-NEW"} == first
+
+
+# --------------------------------------------------------------------------------------------------
+# merge-on-read equality deletes: Flink's and Kafka Connect's upserts
+# --------------------------------------------------------------------------------------------------
+def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(settings: Settings) -> None:
+    from tests.support.crafted_history import upsert_with_equality_deletes
+    from tests.support.live_rows import live_rows
+
+    # given a consumer that labelled 10 rows; then 5 new rows appended, and, as Flink's upsert mode commits them,
+    # an upsert (two labelled rows changed, one labelled row unchanged, one new row) and a delete of one labelled
+    # row and one of the 5 new ones: data files and equality delete files on the key, which pyiceberg cannot read
+    ledger = _ledger(settings)
+    _append(ledger, 10, seed=1)
+    run_once(ledger)
+    first = _summaries(ledger)
+    labelled = sorted(first)
+    before = set(labelled)
+    _append(ledger, 5, seed=2)
+    source = ledger.source()
+    fresh = sorted(set(source.scan().to_arrow()["ticket_id"].to_pylist()) - before)
+    rows = source.scan().to_arrow().sort_by("ticket_id")
+    changed = rows.filter(pa.compute.is_in(rows["ticket_id"], pa.array(labelled[:2])))
+    subjects = [f"{s} (reopened)" for s in changed["subject"].to_pylist()]
+    changed = changed.set_column(changed.schema.get_field_index("subject"), "subject", pa.array(subjects))
+    same = rows.filter(pa.compute.equal(rows["ticket_id"], labelled[2]))
+    new = pa.Table.from_pylist(generate_tickets(1, random.Random(7)), schema=source.schema().as_arrow())
+    new = new.set_column(0, "ticket_id", pa.array(["T-FLINK"]))
+    upsert_with_equality_deletes(source, pa.concat_tables([t.cast(rows.schema) for t in (changed, same, new)]),
+                                 "ticket_id")  # fmt: skip
+    erased = [labelled[3], fresh[0]]
+    upsert_with_equality_deletes(ledger.source(), pa.table({"ticket_id": erased}), "ticket_id")
+    live = live_rows(ledger.source())
+    assert live.num_rows == 10 + 5 + 1 - 2 and not set(erased) & set(live["ticket_id"].to_pylist())
+    # when the launcher counts the backlog and the next run goes
+    assert ledger.backlog().rows == 5 + 4  # the appended rows and the upsert's (metadata only: an upper bound)
+    run = run_once(ledger)
+    # then the model saw the 4 new rows left, the 2 changed rows and the upserted new one (not the unchanged row,
+    # not the erased ones); each live row has one verdict, the changed ones their new content's; none is erased's
+    assert run is not None and run.stats.rows == 4 + 2 + 1
+    verdicts = _summaries(ledger)
+    assert sorted(verdicts) == sorted(live["ticket_id"].to_pylist())
+    assert len(ledger_ids(ledger)) == len(verdicts)
+    assert all(verdicts[i].endswith("(reopened)") for i in labelled[:2])
+    assert verdicts[labelled[2]] == first[labelled[2]]
+    summary = _summary(ledger)
+    assert (summary["icebatch.rows-unchanged"], summary["icebatch.verdicts-removed-deleted"]) == ("1", "1")
+    assert ledger.backlog().rows == 0 and run_once(ledger) is None

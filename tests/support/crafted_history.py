@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.manifest import write_manifest_list
 from pyiceberg.table import Table
@@ -107,25 +107,7 @@ def add_position_deletes(table: Table, deletes: dict[str, list[int]]) -> int:
     files stay. pyiceberg writes no delete files, so the file, its manifest and the snapshot are written here
     (the snapshot through pyiceberg's own producer). Returns the snapshot id."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
-    from pyiceberg.manifest import (
-        DataFile,
-        DataFileContent,
-        FileFormat,
-        ManifestContent,
-        ManifestEntry,
-        ManifestEntryStatus,
-        ManifestWriterV2,
-    )
-    from pyiceberg.typedef import Record
-
-    class DeleteManifestWriter(ManifestWriterV2):
-        def content(self) -> ManifestContent:
-            return ManifestContent.DELETES
-
-        @property
-        def _meta(self) -> dict[str, str]:
-            return {**super()._meta, "content": "deletes"}
+    from pyiceberg.manifest import DataFileContent
 
     rows = pa.table(
         {
@@ -139,20 +121,74 @@ def add_position_deletes(table: Table, deletes: dict[str, list[int]]) -> int:
             ]
         ),
     )
+    return _commit_delete_file(table, _delete_file(table, rows, DataFileContent.POSITION_DELETES), Operation.DELETE)
+
+
+def upsert_with_equality_deletes(table: Table, rows: pa.Table, key: str) -> int:
+    """Commit ``rows`` as Flink's upsert mode (and Kafka Connect's) commits a checkpoint: one ``overwrite`` snapshot
+    holding a data file of the rows and an equality delete file of their ``key`` values (one per row, whether the key
+    existed or not). The delete file's sequence number is the snapshot's, so it removes older versions of the keys,
+    never the rows written beside it. With no ``rows`` columns but ``key``: a delete (a ``delete`` snapshot of the
+    delete file alone). Returns the snapshot id."""
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+    from pyiceberg.manifest import DataFileContent
+
+    field = table.schema().find_field(key)
+    key_field = pa.field(key, rows.schema.field(key).type, metadata={"PARQUET:field_id": str(field.field_id)})
+    keys = pa.table({key: rows.column(key)}).cast(pa.schema([key_field]))
+    delete_file = _delete_file(table, keys, DataFileContent.EQUALITY_DELETES, equality_ids=[field.field_id])
+    if rows.column_names == [key]:
+        return _commit_delete_file(table, delete_file, Operation.DELETE)
+    data = list(_dataframe_to_data_files(table.metadata, rows.cast(table.schema().as_arrow()), table.io))
+    return _commit_delete_file(table, delete_file, Operation.OVERWRITE, data)
+
+
+def _delete_file(table: Table, rows: pa.Table, content: Any, equality_ids: list[int] | None = None) -> Any:
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, FileFormat
+    from pyiceberg.typedef import Record
+
     path = f"{table.location()}/data/{uuid.uuid4()}-deletes.parquet"
     with table.io.new_output(path).create() as out:
         pq.write_table(rows, out)
     delete_file = DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES,
+        content=content,
         file_path=path,
         file_format=FileFormat.PARQUET,
         partition=Record(),
         record_count=rows.num_rows,
         file_size_in_bytes=len(table.io.new_input(path).open().read()),
+        equality_ids=equality_ids,
     )
     delete_file.spec_id = table.spec().spec_id
-    with table.transaction() as txn, txn.update_snapshot().fast_append() as producer:
-        producer._operation = Operation.DELETE
+    return delete_file
+
+
+def _commit_delete_file(table: Table, delete_file: Any, operation: Operation, data: list[Any] | None = None) -> int:
+    """One snapshot (through pyiceberg's own producer) adding ``data`` files and a delete manifest of the file."""
+    from pyiceberg.manifest import (
+        DataFileContent,
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestWriterV2,
+    )
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    kind = "equality" if delete_file.content == DataFileContent.EQUALITY_DELETES else "position"
+    properties = {"added-delete-files": "1", f"added-{kind}-deletes": str(delete_file.record_count)}
+    with table.transaction() as txn, txn.update_snapshot(snapshot_properties=properties).fast_append() as producer:
+        producer._operation = operation
+        for data_file in data or []:
+            producer.append_data_file(data_file)
 
         def with_the_delete_manifest(manifests: list) -> list:  # type: ignore[type-arg]
             writer = DeleteManifestWriter(table.spec(), table.schema(), producer.new_manifest_output(),

@@ -28,6 +28,7 @@ import numpy as np
 
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_ID, SOURCE_POS
 from icebatch_job.commit.done import DoneRows
+from icebatch_job.plan.deletes import live_column
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -160,7 +161,7 @@ def removals(
     is_in: Any = In
     gone: list[str] = []
     if not keep_deleted:
-        live = as_ids(source.scan(snapshot_id=to_snapshot, selected_fields=(id_column,)).to_arrow().column(0))
+        live = as_ids(live_column(source, to_snapshot, id_column))
         ids = results.scan(selected_fields=("source_id",)).to_arrow().column(0)
         gone = sorted(set(ids.filter(pc.invert(pc.is_in(ids, value_set=live))).to_pylist()))
     # (results files are written per chunk: a filter on the run prunes to its own files by their column bounds)

@@ -31,6 +31,7 @@ from ray.data.datasource import Datasource, ReadTask
 
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
 from icebatch_job.commit.done import DoneRows
+from icebatch_job.plan.deletes import plan_files
 from icebatch_job.plan.identity import content_hashes
 
 if TYPE_CHECKING:
@@ -40,12 +41,7 @@ if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
 
-_INFLATION = 5
-MOR_REFUSED = (
-    "the range has equality delete files (merge-on-read), which icebatch cannot read yet (pyiceberg does not). "
-    "Compact the source table with its deletes applied (Spark `rewrite_data_files` with `delete-file-threshold=1`), "
-    "then launch again"
-)  # Parquet on disk -> Arrow in memory, a rough planning factor
+_INFLATION = 5  # Parquet on disk -> Arrow in memory, a rough planning factor
 
 
 @dataclass(frozen=True)
@@ -94,8 +90,6 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     """The range's files; ``columns`` are the task's names for them (default: every column). A column the
     source renamed since the task was written is read under its name now and handed on under the task's
     (``RunPlan.source_columns``: the ledger follows columns by field id)."""
-    from pyiceberg.table import ManifestGroupPlanner
-
     renamed = plan.source_columns.renamed if plan.source_columns else {}
     to_source = {task_name: source_name for source_name, task_name in renamed.items()}
     scan = table.incremental_append_scan(  # its projection; its planning walks the history quadratically
@@ -110,37 +104,11 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     end = table.metadata.snapshot_by_id(plan.to_snapshot_inclusive)
     assert end is not None
     taken, manifests = _range_manifests(table, span, end)
-    planner = ManifestGroupPlanner(table_metadata=table.metadata, io=table.io)
-    try:
-        planned = planner.plan_files(manifests=manifests, manifest_entry_filter=taken)
-    except ValueError as e:  # pyiceberg reads no equality deletes (position deletes: ``_without_deleted_rows``)
-        raise WatermarkError(f"{MOR_REFUSED}: {e}") from e
-    tasks, deleted = _without_deleted_rows(sorted(planned, key=lambda t: t.file.file_path), table.io)
+    tasks, deleted = plan_files(table.metadata, table.io, manifests, taken)  # merge-on-read deletes applied
     schema = _named(scan.projection(), renamed)
     content = tuple(columns) if columns else tuple(f.name for f in schema.fields)
     rewrites = (span.rewrites or span.past_sequence is not None) and not span.whole  # a first run matches nothing
     return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, rewrites, deleted)
-
-
-def _without_deleted_rows(tasks: list[FileScanTask], io: Any) -> tuple[list[FileScanTask], DoneRows]:
-    """Merge-on-read position deletes taken out of the plan: each file is read whole, so that positions keep
-    naming rows, and the positions its delete files name are skipped as done rows are (``PlannedRange.deleted``)."""
-    from pyiceberg.io.pyarrow import _read_deletes
-    from pyiceberg.table import FileScanTask
-
-    deleted = DoneRows()
-    out = []
-    for t in tasks:
-        if not t.delete_files:
-            out.append(t)
-            continue
-        path = t.file.file_path
-        for delete_file in t.delete_files:
-            positions = _read_deletes(io, delete_file).get(path)
-            if positions is not None and len(positions):
-                deleted.add([path] * len(positions), positions.to_pylist())
-        out.append(FileScanTask(t.file, residual=t.residual))
-    return out, deleted
 
 
 def _range_manifests(table: Table, span: RangeSnapshots, end: Snapshot) -> tuple[Callable[[Any], bool], list[Any]]:

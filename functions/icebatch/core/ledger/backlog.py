@@ -196,7 +196,7 @@ def compute_backlog(
     deleted, rewrites = 0, False
     for snap in pending:
         op = snap.summary.operation if snap.summary is not None else Operation.APPEND
-        if op == Operation.APPEND:
+        if op == Operation.APPEND or (op == Operation.OVERWRITE and _row_delta(snap)):
             added = added_rows(snap, io)
             rows += added
             ids.append(snap.snapshot_id)
@@ -244,6 +244,13 @@ def _rows_past(end: Snapshot, io: FileIO, sequence: int) -> int:
         for e in m.fetch_manifest_entry(io, discard_deleted=True)
         if (e.sequence_number or 0) > sequence
     )
+
+
+def _row_delta(snap: Snapshot) -> bool:
+    """An ``overwrite`` that removed no data file: a merge-on-read row delta (Flink's and Kafka Connect's upserts,
+    Spark's merge-on-read UPDATE and MERGE), whose added rows are new versions, not copies: backlog rows (a version
+    whose content has a verdict already is not sent again: ``icebatch_job.plan.identity``)."""
+    return _count(snap, "deleted-data-files") == 0 and _count(snap, "added-data-files") > 0
 
 
 def _count(snap: Snapshot, key: str) -> int:
