@@ -331,3 +331,30 @@ def test_the_handlers_json_records_stay_off_the_terminal_unless_asked(tmp_path: 
     # and -v shows them, as Lambda writes them
     verbose = icebatch(tmp_path / "v", "-v", "invoke", "reporter", "--event", event)
     assert verbose.returncode == 0 and '"message":"cost report"' in verbose.stderr
+
+
+def _in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A command typed in ``folder`` with no ICEBATCH_* variable (the home is found, not given)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
+    command = [sys.executable, "-m", "icebatch.tools.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=base, cwd=folder, timeout=180)
+
+
+def test_a_command_finds_its_projects_home_from_a_subfolder_and_says_when_there_is_none(tmp_path: Path) -> None:
+    # given a project whose tickets `icebatch generate` made in its folder (its home: .icebatch/ there)
+    project, deep, outside = tmp_path / "project", tmp_path / "project" / "src" / "deep", tmp_path / "elsewhere"
+    deep.mkdir(parents=True)
+    outside.mkdir()
+    above = [f for f in (outside, *outside.parents) if (f / ".icebatch").is_dir()]
+    assert not above, f"{above[0]}/.icebatch is above the test's temporary folder: the test cannot run here"
+    assert _in(project, "generate", "--tickets", "20", "--batches", "1", "--seed", "1").returncode == 0
+    # when `backlog` runs in a subfolder, then it reads the project's catalog, as git finds .git
+    found = _in(deep, "backlog", "--json")
+    assert found.returncode == 0, found.stderr
+    assert {b["backlog_rows"] for b in json.loads(found.stdout)} == {20}
+    assert not (deep / ".icebatch").exists()
+    # when it runs outside any project, then one line says so (exit 2) and no empty catalog is made
+    lost = _in(outside, "backlog")
+    assert lost.returncode == 2 and lost.stdout == ""
+    assert "no icebatch home here" in lost.stderr and "ICEBATCH_HOME" in lost.stderr, lost.stderr
+    assert len(lost.stderr.strip().splitlines()) == 1 and not (outside / ".icebatch").exists()

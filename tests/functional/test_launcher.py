@@ -536,6 +536,17 @@ def test_a_model_on_s3_is_sized_from_its_config_as_the_engine_would_read_it(
     assert "(config.json)" in d["reason"] and f"s3://{bucket}/llama-70b/" in d["reason"], d["reason"]
 
 
+def _labelled_on_kuberay(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> tuple[Settings, ResultsLedger, list[str]]:
+    """The kuberay backend, one consumer (threshold 500) that labelled its source's 60 rows; their ids, sorted."""
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 500})
+    tickets(s, 60)
+    ledger = ResultsLedger(open_catalog(s), load_consumers(s)[0])
+    assert run_once(ledger) is not None
+    return s, ledger, sorted(ledger.source().scan(selected_fields=("ticket_id",)).to_arrow().column(0).to_pylist())
+
+
 def test_rows_deleted_since_the_watermark_launch_a_run_with_no_gpu_to_remove_their_verdicts(
     settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> None:
@@ -544,12 +555,8 @@ def test_rows_deleted_since_the_watermark_launch_a_run_with_no_gpu_to_remove_the
     from tests.support.crd import errors
 
     # given a consumer that labelled 60 rows (far below its threshold of 500 ever after)
-    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 500})
-    tickets(s, 60)
-    ledger = ResultsLedger(open_catalog(s), load_consumers(s)[0])
-    assert run_once(ledger) is not None
+    s, ledger, ids = _labelled_on_kuberay(settings, k8s, aws_endpoint)
     # when two of its rows are erased from the source and the table-change event arrives
-    ids = sorted(r["ticket_id"] for r in ledger.source().scan(selected_fields=("ticket_id",)).to_arrow().to_pylist())
     ledger.source().delete(In("ticket_id", ids[:2]))
     d = decide(s, event("glue-table-change.json"))
     # then a run is launched at once, whatever the threshold, to remove their verdicts ...
@@ -577,11 +584,8 @@ def test_rows_changed_by_a_copy_on_write_update_are_labelled_by_the_next_attempt
 
     # given a consumer that labelled 60 rows, then a copy-on-write UPDATE of three of them (one `overwrite`
     # snapshot, as Spark's UPDATE or MERGE leaves it: their files rewritten, nothing appended)
-    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 500})
-    tickets(s, 60)
-    ledger = ResultsLedger(open_catalog(s), load_consumers(s)[0])
-    assert run_once(ledger) is not None
-    ids = sorted(ledger.source().scan(selected_fields=("ticket_id",)).to_arrow().column(0).to_pylist())[:3]
+    s, ledger, ids = _labelled_on_kuberay(settings, k8s, aws_endpoint)
+    ids = ids[:3]
 
     def reopen(rows: Any) -> Any:
         subjects = [

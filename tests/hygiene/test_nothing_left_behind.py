@@ -161,11 +161,14 @@ def marks() -> Iterator[list[str]]:
                 pass
 
 
-def _start(s: Settings, marks: list[str], *, launch: bool = False) -> tuple[JobProcess, str, set[str]]:
+def _start(
+    s: Settings, marks: list[str], *, launch: bool = False, failpoint: str | None = None
+) -> tuple[JobProcess, str, set[str]]:
     """The job started with a new mark; the shared memory there was before it."""
     marks.append(uuid.uuid4().hex)
     shm_before = _shared_memory()
-    return start_job(s, _consumer(s), launch=launch, extra_env={MARK: marks[-1]}, tag="hygiene"), marks[-1], shm_before
+    job = start_job(s, _consumer(s), launch=launch, failpoint=failpoint, extra_env={MARK: marks[-1]}, tag="hygiene")
+    return job, marks[-1], shm_before
 
 
 ENDINGS = {  # what ends the job: (signal, to its whole process group?)
@@ -222,3 +225,26 @@ def test_nothing_outlives_the_cli_that_ran_the_job_in_its_own_process(
     job.proc.wait(120)
     # then nothing it started is alive 10 s later
     assert _left_after_grace(mark, shm, seen) == []
+
+
+@pytest.mark.parametrize("repeat", range(REPEAT), ids=lambda i: f"run{i + 1}")
+@pytest.mark.parametrize("ending", ["SIGTERM", "SIGINT"])
+def test_nothing_outlives_a_job_ended_while_its_engine_opens_its_queues(
+    job_settings: Settings, marks: list[str], ending: str, repeat: int
+) -> None:
+    # given the job whose engine is starting: a shared-memory queue created, its readers not yet attached (held
+    # there by the failpoint engine.queues, in the engine core)
+    job, mark, shm = _start(job_settings, marks, failpoint="engine.queues")
+    marker = job_settings.home / "failpoints" / "engine.queues@1"
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert job.proc.poll() is None and time.monotonic() < deadline, job.output()[-3000:]
+        time.sleep(0.1)
+    seen = _started(tree(job, mark))
+    assert _shared_memory() - shm, "the queue's shared memory is not in /dev/shm"
+    # when it is ended by a signal it handles
+    job.proc.send_signal(ENDINGS[ending][0])
+    status = job.proc.wait(120)
+    # then it exits as interrupted, and neither a process nor the queue's name in /dev/shm is left
+    assert status == EXIT_INTERRUPTED, job.output()[-3000:]
+    assert _left_after_grace(mark, shm, seen) == [], f"left by {ending} of {len(seen)} processes"

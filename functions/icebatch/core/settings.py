@@ -60,7 +60,8 @@ ENV_PREFIX = "ICEBATCH_"
 TABLE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 DEPLOYMENT = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
 # Not settings: read by the Makefile, the tests or the benchmarks, allowed beside the settings.
-_IGNORED_VARS = {"ICEBATCH_VENV", "ICEBATCH_CACHE", "ICEBATCH_PYTHON", "ICEBATCH_TEST_KEEP"}
+# not settings: the dev environment's (Makefile), and ICEBATCH_SHM_RECORD, which a job sets for its own processes
+_IGNORED_VARS = {"ICEBATCH_VENV", "ICEBATCH_CACHE", "ICEBATCH_PYTHON", "ICEBATCH_TEST_KEEP", "ICEBATCH_SHM_RECORD"}
 _environ: ContextVar[Mapping[str, str] | None] = ContextVar("icebatch_environ", default=None)
 
 
@@ -492,7 +493,9 @@ class TopSettings(Section):
 
     home: Path = Field(
         default=Path(".icebatch"),
-        description="Folder for local state: SQL catalog, warehouse, tiny model, caches, reports, Ray temp.",
+        description="Folder for local state: SQL catalog, warehouse, tiny model, caches, reports, Ray temp. Unset, "
+        "the command line uses the `.icebatch` folder of the current folder or of the nearest folder above it that "
+        "has one (as git finds `.git`); outside any, only `generate`, `demo` and `model` make one here.",
     )
     deployment: str = Field(
         default="local",

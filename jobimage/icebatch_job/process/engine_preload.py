@@ -17,8 +17,9 @@ import vllm.v1.executor.multiproc_executor as multiproc_executor
 from vllm.utils.platform_utils import cuda_is_initialized
 from vllm.utils.system_utils import get_mp_context as vllm_mp_context
 
-from icebatch_job.process.engine_processes import BoundForkContext, unlink_shared_memory_once_attached
+from icebatch_job.process.engine_processes import BoundForkContext
 from icebatch_job.process.lineage import die_with_parent
+from icebatch_job.process.shared_memory import unlink_shared_memory_once_attached
 
 die_with_parent()  # the fork server: killed by the kernel when the engine's actor ends, however it ends
 

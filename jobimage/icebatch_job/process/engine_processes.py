@@ -122,34 +122,6 @@ class BoundForkContext(ForkContext):
     Process = BoundForkProcess
 
 
-def unlink_shared_memory_once_attached() -> None:
-    """vLLM's message queues leave no file in /dev/shm, however their processes end.
-
-    The engine core and its model worker talk through shared-memory ring buffers (a pair per engine, 160 and
-    240 MB of address space), each created by its writer and opened by name by its readers; the writer unlinks
-    the name when its queue is collected. A process killed (SIGKILL, a kill of its parent: every way a job
-    ends but a clean engine shutdown, including Ray's end of the stage's actor) never collects it, and each
-    run left its pair in /dev/shm. Here the writer unlinks the name as soon as every reader has opened it
-    (``wait_until_ready``: a reader subscribes only after opening the buffer), as a file is unlinked once
-    opened: the memory stays mapped while a process uses it and the kernel frees it after the last one.
-    """
-    from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
-
-    original = MessageQueue.wait_until_ready
-    if getattr(original, "unlinks_once_attached", False):
-        return
-
-    def wait_until_ready(self: Any) -> None:
-        original(self)
-        buffer = getattr(self, "buffer", None)
-        if getattr(self, "_is_writer", False) and buffer is not None and getattr(buffer, "is_creator", False):
-            buffer.shared_memory.unlink()  # the name (and the resource tracker's record); the memory stays
-            buffer.is_creator = False  # its collection closes its mapping only
-
-    wait_until_ready.unlinks_once_attached = True  # type: ignore[attr-defined]
-    MessageQueue.wait_until_ready = wait_until_ready  # type: ignore[method-assign]
-
-
 def process_start_on(device: str, setting: str) -> str:
     """How the engine's processes start on ``device`` for ICEBATCH_ENGINE_PROCESS_START=``setting``: ``auto`` is
     the fork server on CPU, where it was measured, and vLLM's spawn on a GPU, where it was not."""

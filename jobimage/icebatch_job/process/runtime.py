@@ -23,6 +23,7 @@ from icebatch.core.settings import Settings
 
 from icebatch_job.process.lineage import adopt_orphans, end_descendants
 from icebatch_job.process.reaper import start_reaper
+from icebatch_job.process.shared_memory import record_shared_memory, unlink_recorded_shared_memory
 
 log = logging.getLogger(__name__)
 
@@ -169,16 +170,19 @@ def own_the_tree() -> None:
         return
     _owning.append(adopt_orphans())
     start_reaper()
-    atexit.register(_end_the_tree)
+    atexit.register(_end_the_tree, record_shared_memory())
 
 
-def _end_the_tree() -> None:
+def _end_the_tree(shared_memory: Path) -> None:
     """At exit: Ray shut down as Ray's own exit handler would (it may come later: it was registered when Ray
-    was imported), then what is left of the tree ended."""
+    was imported), then what is left of the tree ended, then the shared memory it created and left unlinked
+    (``icebatch_job.process.shared_memory``)."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
     end_descendants()
+    if left := unlink_recorded_shared_memory(shared_memory):
+        log.info("unlinked shared memory the job's processes left: %s", ", ".join(f"/dev/shm/{n}" for n in left))
 
 
 def end_process(status: int) -> NoReturn:

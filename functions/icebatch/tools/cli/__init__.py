@@ -13,7 +13,8 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from icebatch import __version__
 from icebatch.core.command_line import StrictParser, run_cli
@@ -56,7 +57,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    settings = Settings.from_env()
+    from icebatch.tools.cli.home import with_home
+
+    settings = with_home(Settings.from_env(), args.command)
+    with _home_for_the_command(settings):
+        return _run_with(args, settings)
+
+
+@contextmanager
+def _home_for_the_command(settings: Settings) -> Iterator[None]:
+    """The home found (``with_home``) in the environment while the command runs: the handlers it invokes and the
+    processes it starts read their settings from there."""
+    before = os.environ.get("ICEBATCH_HOME")
+    os.environ["ICEBATCH_HOME"] = str(settings.home)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("ICEBATCH_HOME", None)
+        else:
+            os.environ["ICEBATCH_HOME"] = before
+
+
+def _run_with(args: argparse.Namespace, settings: Settings) -> int:
     level = logging.DEBUG if args.verbose else getattr(logging, settings.top.log_level.upper(), logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     _quiet_libraries(args.verbose)

@@ -1,0 +1,45 @@
+"""Where the command line's local state is: the home, found as git finds ``.git``.
+
+``ICEBATCH_HOME`` says where, when set. Otherwise the home is the ``.icebatch`` folder of the current folder or
+of the nearest folder above it that has one, so that ``icebatch backlog`` in a project's subfolder reads the
+project's catalog. Where there is none, the commands that make state (``generate``, ``demo``, ``model``) make it
+here; a command that reads the local catalog says in one line that there is none, instead of creating an empty
+catalog and then saying the table does not exist.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from icebatch.core.errors import ConfigError
+from icebatch.core.settings import Settings
+
+HOME = ".icebatch"
+MAKES_STATE = frozenset({"generate", "demo", "model"})
+NO_STATE = frozenset({"config", "contracts"})
+
+
+def find_home(start: Path) -> Path | None:
+    """The ``.icebatch`` folder of ``start`` or of the nearest folder above it that has one."""
+    for folder in (start, *start.parents):
+        if (folder / HOME).is_dir():
+            return folder / HOME
+    return None
+
+
+def with_home(settings: Settings, command: str, cwd: Path | None = None) -> Settings:
+    """``settings`` with the home found (``ICEBATCH_HOME`` set: as it says)."""
+    if "home" in settings.top.model_fields_set or command in NO_STATE:
+        return settings
+    here = (cwd or Path.cwd()).resolve()
+    found = find_home(here)
+    if found is not None:
+        return settings.with_overrides(home=found)
+    local_catalog = settings.catalog.catalog_type == "sql" and not settings.catalog.catalog_uri
+    if command in MAKES_STATE or not local_catalog:
+        return settings
+    raise ConfigError(
+        f"no icebatch home here: no {HOME}/ in {here} or any folder above it, so there is no local catalog to read. "
+        f"Fix: run this inside your project (where `icebatch generate` or `make demo` made {HOME}/), or set "
+        "ICEBATCH_HOME"
+    )
