@@ -358,3 +358,36 @@ def test_a_command_finds_its_projects_home_from_a_subfolder_and_says_when_there_
     assert lost.returncode == 2 and lost.stdout == ""
     assert "no icebatch home here" in lost.stderr and "ICEBATCH_HOME" in lost.stderr, lost.stderr
     assert len(lost.stderr.strip().splitlines()) == 1 and not (outside / ".icebatch").exists()
+
+
+def test_init_scaffolds_a_consumer_of_your_own_table_that_the_other_commands_then_use(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from icebatch.core.catalog import open_catalog
+    from icebatch.core.settings import Settings
+
+    # given a table of the user's (reviews, in the project's local catalog), not the example's tickets
+    project = tmp_path / "shop"
+    catalog = open_catalog(Settings(home=project / ".icebatch"))
+    catalog.create_namespace("shop")
+    rows = pa.table({"review_id": ["r1", "r2", "r3"], "stars": pa.array([1, 5, 3], pa.int32()),
+                     "title": ["broken", "great", "ok"], "text": ["it broke", "love it", "fine"]})  # fmt: skip
+    catalog.create_table("shop.reviews", schema=rows.schema).append(rows)
+    # when `icebatch init shop.reviews` runs in the project's folder
+    made = _in(project, "init", "shop.reviews", "--consumer", "sentiment")
+    # then it wrote a consumer and a task over the table's text columns, its id found by name
+    assert made.returncode == 0, made.stderr
+    assert "id review_id, prompt over title, text" in made.stdout
+    task = (project / "tasks" / "sentiment.yaml").read_text()
+    assert "{title}" in task and "{text}" in task and "stars" not in task.split("input_columns")[1].split("\n")[0]
+    # and the other commands, typed anywhere in the project, use it: the backlog is the table's 3 rows
+    (project / "notebooks").mkdir()
+    backlog = _in(project / "notebooks", "backlog", "--json")
+    assert backlog.returncode == 0, backlog.stderr
+    assert [(b["consumer"], b["backlog_rows"]) for b in json.loads(backlog.stdout)] == [("sentiment", 3)]
+    dry = _in(project, "launch", "--dry-run", "--force", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["decisions"][0]["decision"] == "dry_run", dry.stdout
+    # and a second init does not overwrite the edited files; a table that is not there is one line, exit 2
+    again = _in(project, "init", "shop.reviews", "--consumer", "sentiment")
+    assert again.returncode == 2 and "exists" in again.stderr and "--force" in again.stderr
+    missing = _in(project, "init", "shop.nothing")
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr

@@ -165,7 +165,8 @@ class LaunchSettings(Section):
 
     consumers_file: Path | None = Field(
         default=None,
-        description="The consumers of the table (YAML): their tasks, thresholds, budgets. Default: "
+        description="The consumers of the table (YAML): their tasks, thresholds, budgets. Default: the project's "
+        "`consumers.yaml` beside its home (the command line; `icebatch init` writes one), else "
         "`functions/icebatch/consumers/consumers.yaml` (bundled with the functions).",
     )
     dry_run: bool = Field(default=False, description="Decide and build manifests, never submit (shadow mode).")
@@ -495,7 +496,7 @@ class TopSettings(Section):
         default=Path(".icebatch"),
         description="Folder for local state: SQL catalog, warehouse, tiny model, caches, reports, Ray temp. Unset, "
         "the command line uses the `.icebatch` folder of the current folder or of the nearest folder above it that "
-        "has one (as git finds `.git`); outside any, only `generate`, `demo` and `model` make one here.",
+        "has one (as git finds `.git`); outside any, only `init`, `generate`, `demo` and `model` make one here.",
     )
     deployment: str = Field(
         default="local",

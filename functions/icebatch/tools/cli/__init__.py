@@ -19,10 +19,12 @@ from contextlib import contextmanager
 from icebatch import __version__
 from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.settings import Settings
-from icebatch.tools.cli import checks, data, jobs, launch, meta, results
+from icebatch.tools.cli import checks, data, init, jobs, launch, meta, results
 from icebatch.tools.cli.common import Handler
 
 EPILOG = """\
+Your own table: `icebatch init NAMESPACE.TABLE` in a new folder writes a consumer and a task to edit.
+
 Typical session on a laptop (no AWS, no GPU):
   icebatch generate --tickets 300 --batches 5 --seed 7   # a backlog of support tickets
   icebatch validate                                       # every consumer can run: table, columns, model
@@ -47,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level to stderr")
     parser.add_argument("--version", action="version", version=f"icebatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (checks, data, results, launch, jobs, meta):
+    for group in (init, checks, data, results, launch, jobs, meta):
         group.add_parsers(sub)
     return parser
 
@@ -66,17 +68,21 @@ def _run(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _home_for_the_command(settings: Settings) -> Iterator[None]:
-    """The home found (``with_home``) in the environment while the command runs: the handlers it invokes and the
-    processes it starts read their settings from there."""
-    before = os.environ.get("ICEBATCH_HOME")
-    os.environ["ICEBATCH_HOME"] = str(settings.home)
+    """The home and the consumers file found (``with_home``) in the environment while the command runs: the
+    handlers it invokes and the processes it starts read their settings from there."""
+    found = {"ICEBATCH_HOME": str(settings.home)}
+    if settings.launch.consumers_file is not None:
+        found["ICEBATCH_CONSUMERS_FILE"] = str(settings.launch.consumers_file)
+    before = {name: os.environ.get(name) for name in found}
+    os.environ.update(found)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("ICEBATCH_HOME", None)
-        else:
-            os.environ["ICEBATCH_HOME"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run_with(args: argparse.Namespace, settings: Settings) -> int:
