@@ -333,11 +333,11 @@ def test_the_handlers_json_records_stay_off_the_terminal_unless_asked(tmp_path: 
     assert verbose.returncode == 0 and '"message":"cost report"' in verbose.stderr
 
 
-def _in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """A command typed in ``folder`` with no ICEBATCH_* variable (the home is found, not given)."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
+def _in(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """A command typed in ``folder`` with no ICEBATCH_* variable but ``env`` (the home is found, not given)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ICEBATCH_", "PYICEBERG_"))}
     command = [sys.executable, "-m", "icebatch.tools.cli", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=base, cwd=folder, timeout=180)
+    return subprocess.run(command, capture_output=True, text=True, env={**base, **env}, cwd=folder, timeout=180)
 
 
 def test_a_command_finds_its_projects_home_from_a_subfolder_and_says_when_there_is_none(tmp_path: Path) -> None:
@@ -391,3 +391,38 @@ def test_init_scaffolds_a_consumer_of_your_own_table_that_the_other_commands_the
     assert again.returncode == 2 and "exists" in again.stderr and "--force" in again.stderr
     missing = _in(project, "init", "shop.nothing")
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+
+
+@pytest.mark.parametrize("configured_by", ["environment", ".pyiceberg.yaml"])
+def test_a_catalog_configured_the_pyiceberg_way_is_opened_by_every_command(tmp_path: Path, configured_by: str) -> None:
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+
+    # given a catalog called `lake` that only pyiceberg's own configuration describes (here an SQL catalog: any type
+    # pyiceberg supports is configured alike), holding a table of the user's
+    properties = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'lake.db'}", "warehouse": f"file://{tmp_path / 'wh'}"}
+    (tmp_path / "wh").mkdir()
+    lake = load_catalog("lake", **properties)
+    lake.create_namespace("crm")
+    notes = pa.table({"note_id": ["n1", "n2"], "text": ["call back", "refund sent"]})
+    lake.create_table("crm.notes", schema=notes.schema).append(notes)
+    env = {"ICEBATCH_CATALOG_TYPE": "pyiceberg", "ICEBATCH_CATALOG_NAME": "lake"}
+    if configured_by == "environment":
+        env |= {f"PYICEBERG_CATALOG__LAKE__{k.upper()}": v for k, v in properties.items()}
+    else:
+        (tmp_path / "config").mkdir()
+        lines = "".join(f"    {k}: {v}\n" for k, v in properties.items())
+        (tmp_path / "config" / ".pyiceberg.yaml").write_text(f"catalog:\n  lake:\n{lines}")
+        env |= {"PYICEBERG_HOME": str(tmp_path / "config")}
+    project = tmp_path / "project"
+    project.mkdir()
+    # when the project is made for that table and its backlog read
+    made = _in(project, "init", "crm.notes", **env)
+    assert made.returncode == 0, made.stderr
+    backlog = _in(project, "backlog", "--json", **env)
+    # then both opened the catalog pyiceberg's configuration names
+    assert backlog.returncode == 0, backlog.stderr
+    assert [b["backlog_rows"] for b in json.loads(backlog.stdout)] == [2]
+    # and a catalog name pyiceberg has no configuration for is one line saying where to give it (exit 2)
+    unknown = _in(project, "backlog", **{**env, "ICEBATCH_CATALOG_NAME": "nowhere"})
+    assert unknown.returncode == 2 and "PYICEBERG_CATALOG__NOWHERE__" in unknown.stderr, unknown.stderr

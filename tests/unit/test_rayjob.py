@@ -222,3 +222,23 @@ def test_a_range_annotation_that_is_not_plain_digits_names_no_range(annotated: s
     # when the reconciler reports it, then it names no range rather than a guessed one
     failed = failure_event(job_state(_ended(m, reason="AppFailed")), TRIAGE, S, datetime.now(UTC))
     assert failed.range is None
+
+
+def test_a_catalog_configured_the_pyiceberg_way_reaches_the_pod_without_its_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given the launcher's catalog is an S3 Tables REST catalog configured as pyiceberg users do, with a token
+    s = S.with_overrides(catalog_type="pyiceberg", catalog_name="tables")
+    rest = {"TYPE": "rest", "URI": "https://s3tables.us-east-1.amazonaws.com/iceberg", "REST__SIGV4-ENABLED": "true",
+            "WAREHOUSE": "arn:aws:s3tables:us-east-1:111122223333:bucket/shop", "TOKEN": "t0k3n",
+            "CREDENTIAL": "id:secret", "S3__SECRET-ACCESS-KEY": "x"}  # fmt: skip
+    for key, value in rest.items():
+        monkeypatch.setenv(f"PYICEBERG_CATALOG__TABLES__{key}", value)
+    monkeypatch.setenv("PYICEBERG_CATALOG__OTHER__URI", "https://elsewhere")
+    # when the job's environment is built, then it holds the catalog's configuration, and no credential
+    env = {e["name"]: e["value"] for e in job_env(s, spec())}
+    handed = {k.removeprefix("PYICEBERG_CATALOG__TABLES__") for k in env if k.startswith("PYICEBERG_")}
+    assert handed == {"TYPE", "URI", "REST__SIGV4-ENABLED", "WAREHOUSE"}
+    assert env["ICEBATCH_CATALOG_TYPE"] == "pyiceberg" and env["ICEBATCH_CATALOG_NAME"] == "tables"
+    # and a glue deployment hands on none of them
+    assert not [k for k in (e["name"] for e in job_env(S, spec())) if k.startswith("PYICEBERG_")]

@@ -100,6 +100,7 @@ def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dic
         home=home, concurrency=max(spec.gpus, 1), job_consumer=spec.consumer.to_json(),
         job_engine=None if spec.gpus else "off",
     )  # fmt: skip
+    env.update(settings.pyiceberg_catalog_environment())  # the catalog as pyiceberg configures it (no credentials)
     return [{"name": k, "value": v} for k, v in env.items()]
 
 

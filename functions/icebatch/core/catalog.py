@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def open_catalog(settings: Settings, *, control_plane: bool = False) -> Catalog:
-    """Open the configured catalog (SQL/SQLite by default, Glue in AWS)."""
+    """Open the configured catalog (SQL/SQLite by default, Glue in AWS, or one pyiceberg's own configuration
+    names)."""
     from pyiceberg.catalog import load_catalog
 
     props = settings.catalog_props(control_plane=control_plane)
@@ -28,12 +29,18 @@ def open_catalog(settings: Settings, *, control_plane: bool = False) -> Catalog:
             return _glue_catalog(name, props)
         return load_catalog(name, **props)
     except (ImportError, ModuleNotFoundError) as e:
-        extra = "sql-sqlite" if kind == "sql" else "glue"
+        extra = {"sql": "sql-sqlite", "glue": "glue"}.get(kind, "the catalog's extra")
         raise ConfigError(
             f"the {kind} catalog needs an optional dependency ({e.name}); "
             f"install `pyiceberg[{extra}]` (the `icebatch[lambda]` / `icebatch[job]` extras include it)"
         ) from e
     except ValueError as e:
+        if kind == "pyiceberg":
+            raise ConfigError(
+                f"pyiceberg has no usable configuration of the catalog {name!r} ({e}): give it in .pyiceberg.yaml (in "
+                f"PYICEBERG_HOME or your home folder) or as PYICEBERG_CATALOG__{name.upper()}__TYPE, __URI, ..., and "
+                "name it with ICEBATCH_CATALOG_NAME"
+            ) from e
         raise ConfigError(f"cannot open the {kind} catalog: {e}") from e
 
 

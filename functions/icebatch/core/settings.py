@@ -62,6 +62,7 @@ DEPLOYMENT = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
 # Not settings: read by the Makefile, the tests or the benchmarks, allowed beside the settings.
 # not settings: the dev environment's (Makefile), and ICEBATCH_SHM_RECORD, which a job sets for its own processes
 _IGNORED_VARS = {"ICEBATCH_VENV", "ICEBATCH_CACHE", "ICEBATCH_PYTHON", "ICEBATCH_TEST_KEEP", "ICEBATCH_SHM_RECORD"}
+_SECRET = re.compile(r"CREDENTIAL|TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 _environ: ContextVar[Mapping[str, str] | None] = ContextVar("icebatch_environ", default=None)
 
 
@@ -133,8 +134,11 @@ class CatalogSettings(Section):
     title: ClassVar[str] = "catalog"
 
     catalog_name: str = Field(default="icebatch", description="Name given to the pyiceberg catalog.")
-    catalog_type: Literal["sql", "glue"] = Field(
-        default="sql", description="`sql` (SQLite under ICEBATCH_HOME, the embedded default) or `glue`."
+    catalog_type: Literal["sql", "glue", "pyiceberg"] = Field(
+        default="sql",
+        description="`sql` (SQLite under ICEBATCH_HOME, the embedded default), `glue`, or `pyiceberg`: the catalog "
+        "named ICEBATCH_CATALOG_NAME as pyiceberg configures it (`.pyiceberg.yaml`, `PYICEBERG_CATALOG__<NAME>__*`): "
+        "REST (S3 Tables, Polaris, Nessie, Lakekeeper), Hive, SQL elsewhere.",
     )
     catalog_uri: str | None = Field(
         default=None, description="SQL catalog URI. Default: `sqlite:///$ICEBATCH_HOME/catalog.db`."
@@ -616,8 +620,10 @@ class Settings(BaseModel):
         file://) so that reading metadata never imports pyarrow or s3fs (the Lambda bundle has neither).
         """
         c, aws = self.catalog, self.aws
-        props: dict[str, str] = {"type": c.catalog_type}
-        if c.catalog_type == "sql":
+        props: dict[str, str] = {} if c.catalog_type == "pyiceberg" else {"type": c.catalog_type}
+        if c.catalog_type == "pyiceberg":  # pyiceberg merges its own configuration of the name under these
+            pass
+        elif c.catalog_type == "sql":
             props["uri"] = c.catalog_uri or f"sqlite:///{self.home / 'catalog.db'}"
             props["warehouse"] = c.warehouse or f"file://{self.home / 'warehouse'}"
         elif c.warehouse:
@@ -633,6 +639,16 @@ class Settings(BaseModel):
             props["py-io-impl"] = "icebatch.core.metadata_io.MetadataFileIO"
         props.update(c.catalog_properties)
         return props
+
+    def pyiceberg_catalog_environment(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """With catalog type ``pyiceberg``: the ``PYICEBERG_CATALOG__<NAME>__*`` variables of this process that a
+        job's pod needs to open the same catalog, less credentials (a key naming a credential, token, secret or
+        password: the pod gets those from its own identity or secret, not from a manifest)."""
+        if self.catalog.catalog_type != "pyiceberg":
+            return {}
+        prefix = f"PYICEBERG_CATALOG__{self.catalog.catalog_name.upper()}__"
+        env = os.environ if environ is None else environ
+        return {k: v for k, v in sorted(env.items()) if k.startswith(prefix) and not _SECRET.search(k[len(prefix) :])}
 
     def job_environment(self, **changes: Any) -> dict[str, str]:
         """The ``ICEBATCH_*`` variables of a job's process: every setting of the sections the job uses.
