@@ -57,7 +57,13 @@ SCRIPT = textwrap.dedent(
         stage.stage.llm.shutdown()
         engine = [p for p, seen in zip(children, tree) if seen["name"].startswith("VLLM::")]
         _, alive = psutil.wait_procs(engine, timeout=30)
-        left = [p.pid for p in alive]
+        left = []  # what is still alive, said by name and state (a red run says which), then ended
+        for p in alive:
+            try:
+                left.append(f"{p.pid} {p.name()} {p.status()} ppid {p.ppid()}")
+                p.kill()
+            except psutil.Error:
+                pass
         result = {"me": os.getpid(), "tree": tree, "outputs": outputs, "left": left, "binding": binding}
         print(json.dumps(result, default=str), flush=True)
 
