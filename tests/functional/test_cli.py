@@ -389,6 +389,8 @@ def test_init_scaffolds_a_consumer_of_your_own_table_that_the_other_commands_the
     # and a second init does not overwrite the edited files; a table that is not there is one line, exit 2
     again = _in(project, "init", "shop.reviews", "--consumer", "sentiment")
     assert again.returncode == 2 and "exists" in again.stderr and "--force" in again.stderr
+    escape = _in(project, "init", "shop.reviews", "--consumer", "../../x", "--force")
+    assert escape.returncode == 2 and not (tmp_path / "x.yaml").exists() and not (project / "x.yaml").exists()
     missing = _in(project, "init", "shop.nothing")
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
 

@@ -161,10 +161,7 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         return Observation(refusal=Refusal("invalid_task", str(e)))
     age = backlog.oldest_pending_age_seconds(int(ctx.now.timestamp() * 1000))
     tag = range_tag(ctx.settings.top.deployment, consumer.name, consumer.task_version, watermark.source_snapshot_id)
-    # rows deleted or rewritten since the watermark, none added (deleted rows alone: unless their verdicts stay)
-    removals_only = (
-        backlog.rows <= 0 and backlog.rewrites and (consumer.on_delete == "delete" or backlog.skipped_rows > 0)
-    )
+    removals_only = sum(_without_new_rows(backlog, consumer)) > 0  # rows deleted or rewritten, none added
     if backlog.rows <= 0 and not removals_only:
         return Observation(backlog=backlog, age_seconds=age, tag=tag)
     jobs = ctx.jobs(consumer.name)
@@ -212,25 +209,21 @@ def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Con
         ignore_reason=seen.ignore,
         refusal=seen.refusal,
         resume=seen.pending.describe() if seen.pending else None,
-        removals=_removals(seen.backlog) if consumer.on_delete == "delete" else 0,
-        rewritten=_rewritten(seen.backlog),
+        removals=_without_new_rows(seen.backlog, consumer)[0],
+        rewritten=_without_new_rows(seen.backlog, consumer)[1],
         deferred=seen.deferred,
     )
 
 
-def _removals(backlog: Backlog | None) -> int:
-    """Rows deleted since the watermark when none were added (at least 1 when rows were only rewritten): a run
-    that removes verdicts and matches rewritten rows by content."""
+def _without_new_rows(backlog: Backlog | None, consumer: Consumer) -> tuple[int, int]:
+    """(deleted, rewritten) since the watermark when no row was added: rows whose verdicts a run removes (none with
+    ``on_delete: keep``; one at least for a delete no summary counted) and rows rewritten copy-on-write (copies and
+    changed rows, matched by content). (0, 0) when rows were added or nothing was deleted or rewritten."""
     if backlog is None or backlog.rows > 0 or not backlog.rewrites:
-        return 0
-    return max(backlog.deleted_rows, 0 if backlog.skipped_rows else 1)
-
-
-def _rewritten(backlog: Backlog | None) -> int:
-    """Rows rewritten (copy-on-write: copies, changed rows) since the watermark when none were added."""
-    if backlog is None or backlog.rows > 0 or not backlog.rewrites:
-        return 0
-    return backlog.skipped_rows
+        return 0, 0
+    rewritten = backlog.skipped_rows
+    deleted = 0 if consumer.on_delete == "keep" else max(backlog.deleted_rows, 0 if rewritten else 1)
+    return deleted, rewritten
 
 
 def job_spec(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> JobSpec:

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 RECORD_VARIABLE = "ICEBATCH_SHM_RECORD"
 SHM = Path("/dev/shm")
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}")  # a shared-memory name as multiprocessing makes them
 
 
 def record_shared_memory() -> Path:
@@ -41,12 +43,12 @@ def record_shared_memory() -> Path:
 def unlink_recorded_shared_memory(record: Path) -> list[str]:
     """Unlink the recorded names still in /dev/shm (their processes are gone), and the record; the names."""
     try:
-        names = [n for n in record.read_text().split() if n and "/" not in n]
+        names = [n for n in record.read_text().split() if NAME.fullmatch(n)]  # a name, never a path
     except OSError:
         return []
     left = []
     for name in names:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # gone already (unlinked once attached), or not ours to remove
             (SHM / name).unlink()
             left.append(name)
     with contextlib.suppress(OSError):

@@ -31,7 +31,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.core.catalog import load_table, open_catalog
-    from icebatch.core.consumers import read_consumers_file
+    from icebatch.core.consumers import CONSUMER_NAME, read_consumers_file
     from icebatch.core.errors import ConfigError
     from icebatch.core.settings import table_identifier
     from icebatch.tools.scaffold import scaffold
@@ -42,6 +42,8 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"TABLE: {e}") from e
     table = load_table(open_catalog(settings), table_name, what="table", fix="check its name and the catalog "
                        "(ICEBATCH_CATALOG_TYPE, ICEBATCH_CATALOG_URI, `icebatch config`)")  # fmt: skip
+    if not CONSUMER_NAME.match(args.consumer):  # before it names a file: `../x` is no consumer
+        raise ConfigError(f"--consumer {args.consumer[:40]!r}: {CONSUMER_HELP}")
     inputs = tuple(c.strip() for c in args.input_columns.split(",") if c.strip()) if args.input_columns else ()
     made = scaffold(table.schema(), table_name, args.consumer, id_column=args.id_column, input_columns=inputs)
     root = Path.cwd()
