@@ -2,7 +2,8 @@
 
 A Hypothesis ``RuleBasedStateMachine`` appends, deletes (copy-on-write as pyiceberg writes them, and
 merge-on-read position deletes as Spark writes them), overwrites with the same rows, upserts changed rows,
-truncates and expires the source's history,
+truncates, compacts (a ``replace`` as Spark's ``rewrite_data_files`` leaves it) and expires the source's history
+(under a run part way through too: its range's end is then gone),
 and runs the consumer the way the job does (``tests.support.runs``: its planning, reading, chunked commits,
 content identity; a rule-based labeller stands in for the model, which is not what this is about), killed
 after a chosen number of rows or to the end. After each drained run it checks, with an independent count
@@ -40,7 +41,7 @@ from icebatch_job.example.tickets import append_tickets, ensure_source_table, ge
 from pyiceberg.expressions import AlwaysTrue, In
 
 from tests.support.consumers import triage
-from tests.support.crafted_history import add_position_deletes, positions_of, upsert_with_equality_deletes
+from tests.support.crafted_history import add_position_deletes, compact, positions_of, upsert_with_equality_deletes
 from tests.support.live_rows import has_equality_deletes, live_rows
 from tests.support.runs import Crash, dies_after, expire_all_but_current, run_once
 
@@ -138,12 +139,38 @@ class Lifecycle(RuleBasedStateMachine):
         upserted = pa.concat_tables([chosen.set_column(subject, "subject", edited), added])
         upsert_with_equality_deletes(self.ledger.source(), upserted, "ticket_id")
 
-    def _expirable(self) -> bool:  # a run part way through keeps its range's end (expiring it: README, Limitations)
-        return len(self.ledger.source().metadata.snapshots) > 1 and self.ledger.pending() is None
+    def _expirable(self) -> bool:  # a run part way through may lose its range's end: it is closed, not stuck
+        return len(self.ledger.source().metadata.snapshots) > 1
 
     @precondition(_expirable)
     @rule()
     def expire_history(self) -> None:
+        expire_all_but_current(self.ledger.source())
+
+    def _compactable(self) -> bool:  # the crafted compaction rewrites data files only
+        source = self.ledger.source()
+        if source.current_snapshot() is None or has_equality_deletes(source):
+            return False
+        files = list(source.scan().plan_files())
+        return bool(files) and not any(t.delete_files for t in files)
+
+    @precondition(_compactable)
+    @rule()
+    def compact(self) -> None:
+        """Spark's ``rewrite_data_files``: a ``replace`` snapshot, every live row in one new file."""
+        compact(self.ledger.source())
+
+    def _part_way(self) -> bool:
+        return self.ledger.pending() is not None
+
+    @precondition(_part_way)
+    @rule(n=st.integers(1, 3), compacting=st.booleans())
+    def maintenance_under_a_run(self, n: int, compacting: bool) -> None:
+        """Rows arrive while a run is part way through, then the nightly maintenance compacts (where it can) and
+        expires every snapshot but the current one: the run's range's end is gone."""
+        self.append(n)
+        if compacting and self._compactable():
+            compact(self.ledger.source())
         expire_all_but_current(self.ledger.source())
 
     # --- runs -----------------------------------------------------------------------------------
@@ -152,6 +179,8 @@ class Lifecycle(RuleBasedStateMachine):
         try:
             done = run_once(self.ledger, transform=dies_after(rows), chunk_rows=3)
         except Crash:
+            if (p := self.ledger.pending()) is not None:  # its verdicts stand, whether it is resumed or closed
+                self.runs.add(p.run_id)
             return
         if done is not None:
             self.runs.add(done.plan.run_id)

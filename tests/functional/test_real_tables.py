@@ -24,6 +24,7 @@ from icebatch.tools.invoke import invoke
 from icebatch_job.commit.done import DoneRows
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 from icebatch_job.plan.source import IncrementalIcebergDatasource, plan_range
+from pyiceberg.expressions import In
 from pyiceberg.types import IntegerType, LongType
 from ray import cloudpickle
 
@@ -33,7 +34,8 @@ from tests.support.emf import metric_names
 from tests.support.runs import ledger_ids, run_once, source_ids
 
 pytestmark = pytest.mark.functional
-SCHEDULE = json.loads((Path(__file__).resolve().parents[2] / "sam" / "events" / "schedule.json").read_text())
+EVENTS = Path(__file__).resolve().parents[2] / "sam" / "events"
+SCHEDULE = json.loads((EVENTS / "schedule.json").read_text())
 
 
 def _ledger(settings: Settings) -> ResultsLedger:
@@ -720,3 +722,87 @@ def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(setti
     summary = _summary(ledger)
     assert (summary["icebatch.rows-unchanged"], summary["icebatch.verdicts-removed-deleted"]) == ("1", "1")
     assert ledger.backlog().rows == 0 and run_once(ledger) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# maintenance under a run part way through: compaction and expiry of its range's end
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("labelled_before", [True, False], ids=["after-a-run", "first-run"])
+def test_a_run_part_way_through_survives_compaction_and_expiry_of_its_range_end(
+    settings: Settings, cli_environment: Path, capsys: pytest.CaptureFixture[str], labelled_before: bool
+) -> None:
+    from tests.support.crafted_history import compact
+    from tests.support.runs import Crash, dies_after, expire_all_but_current
+
+    # given (labelled rows and) 30 new rows in three appends, and a run over them killed after its first chunk
+    only = consumers_file(cli_environment / "consumers", {"name": "triage"})
+    settings = settings.with_overrides(home=cli_environment, consumers_file=only)
+    ledger = _ledger(settings)
+    if labelled_before:
+        _append(ledger, 10, seed=1)
+        run_once(ledger)
+    for seed in (2, 3, 4):
+        _append(ledger, 10, seed=seed)
+    with pytest.raises(Crash):
+        run_once(ledger, transform=dies_after(7), chunk_rows=5)
+    stale = ledger.pending()
+    assert stale is not None and stale.rows_committed == 5
+    first_chunk = {v["source_id"] for v in _verdicts(ledger) if v["run_id"] == stale.run_id}
+    # and one of its labelled rows changed, then maintenance: a compaction, every snapshot but the current expired
+    source = ledger.source()
+    changed = source.scan(row_filter=In("ticket_id", sorted(first_chunk)[:1])).to_arrow()
+    subject = changed.schema.get_field_index("subject")
+    source.upsert(changed.set_column(subject, "subject", pa.array(["edited after the run began"])), ["ticket_id"])
+    compact(ledger.source())
+    expire_all_but_current(ledger.source())
+    assert ledger.source().metadata.snapshot_by_id(stale.to_snapshot_inclusive) is None
+    # when the launcher decides, then it launches a new run from the same watermark up to now (not the stale range)
+    forced = {**json.loads((EVENTS / "manual-dry-run.json").read_text()), "force": True}
+    [d] = invoke("launcher", forced, settings)["decisions"]
+    assert d["decision"] == "dry_run" and d["run_id"] != stale.run_id, d["reason"]
+    assert d["current_snapshot_id"] == ledger.source().metadata.current_snapshot_id
+    # when the next job runs
+    run = run_once(ledger, chunk_rows=5)
+    # then the stale run was closed where it was (its verdicts stand, the reason recorded) and a new run labelled
+    # the rest and the changed row once: no row sent twice, none lost, one verdict per live row
+    assert run is not None and run.plan.run_id != stale.run_id and run.plan.resume is None
+    [closed] = [r for r in ledger.runs() if r.run_id == stale.run_id]
+    assert closed.closed_reason is not None and "expired" in closed.closed_reason
+    assert ledger.pending() is None
+    _every_live_row_once(ledger)
+    mine = {v["source_id"] for v in _verdicts(ledger) if v["run_id"] == run.plan.run_id}
+    untouched = first_chunk - set(sorted(first_chunk)[:1])
+    assert mine.isdisjoint(untouched) and sorted(first_chunk)[0] in mine
+    assert len(mine) == 30 - len(untouched) and run.stats.rows == len(mine)
+    assert run_once(ledger) is None
+    # and the ledger's listing says the stale run was closed, and why
+    capsys.readouterr()
+    assert icebatch_main(["ledger", "runs"]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if stale.run_id in x]
+    assert "closed part way (rows=5)" in line and "was expired" in line
+
+
+def test_a_run_part_way_through_whose_end_expired_on_a_v1_source_says_what_is_lost(settings: Settings) -> None:
+    from icebatch.core.errors import WatermarkError
+    from icebatch_job.example.tickets import ticket_schema
+
+    from tests.support.runs import Crash, dies_after, expire_all_but_current
+
+    # given a format-v1 source (no sequence numbers), labelled rows, and a run over 12 new ones killed part way
+    catalog = open_catalog(settings)
+    catalog.create_namespace_if_not_exists("support")
+    catalog.create_table(settings.catalog.source_table, schema=ticket_schema(), properties={"format-version": "1"})
+    ledger = _ledger(settings)
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    _append(ledger, 12, seed=2)
+    with pytest.raises(Crash):
+        run_once(ledger, transform=dies_after(6), chunk_rows=5)
+    # when the source's history is expired
+    _append(ledger, 1, seed=3)
+    expire_all_but_current(ledger.source())
+    # then the job (and the launcher) refuse in one message that says what is lost and how on; nothing is closed
+    with pytest.raises(WatermarkError, match=r"5 of 12 rows committed.*7 rows not yet labelled are lost.*reset"):
+        ledger.plan()
+    pending = ledger.pending()
+    assert pending is not None and pending.rows_committed == 5

@@ -240,3 +240,35 @@ def update_copy_on_write(table: Table, change: Callable[[pa.Table], pa.Table]) -
             for new in _dataframe_to_data_files(table.metadata, rows, table.io, overwrite.commit_uuid):
                 overwrite.append_data_file(new)
     return table.refresh().metadata.current_snapshot_id  # type: ignore[return-value]
+
+
+def compact(table: Table) -> int:
+    """Commit one ``replace`` snapshot as a compaction (Spark's ``rewrite_data_files``) leaves it: every live data
+    file rewritten into one, the rows and their order kept, nothing added or removed (pyiceberg writes no
+    ``replace``: its overwrite is committed under that operation). The table must hold no delete file. The new file
+    gets the snapshot's sequence number (``use-starting-sequence-number=false``). Returns the snapshot id."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class _Replace(_OverwriteFiles):
+        def _summary(self, snapshot_properties: Any = None) -> Summary:
+            summary = super()._summary(snapshot_properties or {})
+            return Summary(Operation.REPLACE, **summary.additional_properties)
+
+    tasks = list(table.scan().plan_files())
+    assert all(not t.delete_files for t in tasks), "compact: the table holds delete files"
+    old = [t.file for t in tasks]
+    rows = []
+    for f in old:
+        with table.io.new_input(f.file_path).open() as stream:
+            rows.append(pq.read_table(stream).cast(table.schema().as_arrow()))
+    with table.transaction() as txn:
+        producer = _Replace(operation=Operation.OVERWRITE, transaction=txn, io=table.io)
+        with producer as rewrite:
+            for f in old:
+                rewrite.delete_data_file(f)
+            for new in _dataframe_to_data_files(table.metadata, pa.concat_tables(rows), table.io, rewrite.commit_uuid):
+                rewrite.append_data_file(new)
+    return table.refresh().metadata.current_snapshot_id  # type: ignore[return-value]

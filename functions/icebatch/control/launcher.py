@@ -153,6 +153,8 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         return Observation(ignore=why)
     progress = ledger.progress()
     watermark, pending = progress.watermark, progress.pending
+    if pending is not None and ledger.end_expired(pending, source):
+        pending = None  # its range's end was expired: the job closes it and a new run takes the rest
     try:
         backlog = ledger.backlog(source=source, watermark=watermark)
     except SourceReplacedError as e:

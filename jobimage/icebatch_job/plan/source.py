@@ -107,7 +107,8 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     tasks, deleted = plan_files(table.metadata, table.io, manifests, taken)  # merge-on-read deletes applied
     schema = _named(scan.projection(), renamed)
     content = tuple(columns) if columns else tuple(f.name for f in schema.fields)
-    rewrites = (span.rewrites or span.past_sequence is not None) and not span.whole  # a first run matches nothing
+    # a first run matches nothing, unless a run closed part way left verdicts of the range (``RunPlan.match_content``)
+    rewrites = plan.match_content or ((span.rewrites or span.past_sequence is not None) and not span.whole)
     return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, rewrites, deleted)
 
 

@@ -87,6 +87,7 @@ class RunPlan:
     source_uuid: str | None = None  # the source table planned (recorded with every commit)
     source_format_version: int | None = None
     source_columns: SourceColumns | None = None  # where the task's columns are read (recorded: their field ids)
+    match_content: bool = False  # a run closed part way left verdicts of the range: its rows are matched by content
 
 
 @dataclass(frozen=True)
@@ -224,11 +225,11 @@ class ResultsLedger:
     ) -> RunPlan | None:
         """Pin the range of one run. None when there is nothing to do.
 
-        The launcher passes the range it saw (``from_snapshot_exclusive``/``to_snapshot_inclusive``);
-        if the watermark has moved since, the range is stale and WatermarkConflictError says so. A run
-        part way through its range (chunks committed, watermark not yet moved) is resumed, whatever the
-        run id asked for: its range stays pinned. ``source``: the source table as the caller loaded it (its
-        metadata holds every snapshot: a streaming-fed table's takes seconds to load), else loaded here.
+        The launcher passes the range it saw (``from_snapshot_exclusive``/``to_snapshot_inclusive``); if the watermark
+        has moved since, the range is stale and WatermarkConflictError says so. A run part way through its range
+        (chunks committed, watermark not yet moved) is resumed, whatever the run id asked for: its range stays pinned
+        (unless its end snapshot was expired: ``_close``). ``source``: the source table as the caller loaded it (a
+        streaming-fed table's metadata takes seconds to load), else loaded here.
         """
         progress = self.progress()
         wm = progress.watermark
@@ -238,11 +239,17 @@ class ResultsLedger:
                 f"{watermark_text(wm.source_snapshot_id)}{f' (run {wm.run_id})' if wm.run_id else ''}: another run "
                 "already covered this range"
             )
+        source = source or self.source()
+        if (stale := progress.pending) is not None and self.end_expired(stale, source):
+            self._close(progress, stale, source)  # a new run from the same watermark takes the rest, up to now
+            progress = self.progress()
+            wm = progress.watermark
+            run_id, to_snapshot_inclusive = (None, None) if run_id == stale.run_id else (run_id, to_snapshot_inclusive)
         if progress.pending is not None:
             return self._resume(progress, progress.pending, to_snapshot_inclusive, source)
-        source = source or self.source()
         backlog = self.backlog(upto=to_snapshot_inclusive, source=source, watermark=wm)
-        end, rows = pin_range_end(backlog, max_rows)
+        # after a close, the range is not cut short (``max_rows``): it must reach past the closed run's end
+        end, rows = pin_range_end(backlog, None if wm.closed else max_rows)
         if end is None or (rows == 0 and not backlog.rewrites):
             return None  # nothing appended (a compaction adds no work); a delete or overwrite has verdicts to remove
         ids = list(backlog.pending_snapshot_ids)
@@ -265,7 +272,50 @@ class ResultsLedger:
             source_uuid=str(source.metadata.table_uuid),
             source_format_version=source.metadata.format_version,
             source_columns=self.columns(source, wm),
+            match_content=wm.closed,
         )
+
+    def end_expired(self, pending: Pending, source: Table) -> bool:
+        """Whether the run part way through lost its range's end to expiry (``_close`` is the way on)."""
+        return source.metadata.snapshot_by_id(pending.to_snapshot_inclusive) is None
+
+    def _close(self, progress: Progress, pending: Pending, source: Table) -> None:
+        """End a run part way through whose range's end snapshot was expired, where it was: its committed verdicts
+        stand and the watermark stays. The next run's range (from the same watermark, to now: every row added
+        since, found by data sequence number) matches rows by content, so those verdicts are not made again and a
+        row changed since gets a new one that replaces its old one. Refused, saying what is lost, where the range
+        from the watermark cannot be known (format v1, or a watermark with no sequence number)."""
+        wm = progress.watermark
+        try:
+            self.backlog(source=source, watermark=wm)
+        except WatermarkError as e:
+            raise WatermarkError(
+                f"{pending.describe()}; its range's end snapshot {pending.to_snapshot_inclusive} was expired, and "
+                f"the rows after the watermark cannot be found again ({e}). Its {pending.rows_remaining:,} rows not "
+                f"yet labelled are lost to icebatch unless a reset says where to resume"
+            ) from e
+        reason = (f"the range's end snapshot {pending.to_snapshot_inclusive} was expired with "
+                  f"{pending.rows_committed:,} of {pending.range_rows:,} rows committed: the rest is in the next run's "
+                  "range")  # fmt: skip
+        table = self.results()
+        assert table is not None  # chunks were committed to it
+        kept = {k: v for k, v in pending.head.properties.items() if k not in (Key.COMMIT_ID, Key.CHUNK)}
+        props = {**kept, Key.WATERMARK: _snapshot_text(wm.source_snapshot_id),
+                 Key.SEQUENCE: _snapshot_text(wm.source_sequence_number), Key.CLOSED: reason}  # fmt: skip
+        if read_progress(table.metadata, self.source_table, self.consumer.task_version).head_snapshot_id != (
+            progress.head_snapshot_id
+        ):
+            return  # another attempt moved the ledger first (closed it, or committed): planning reads it again
+        from pyiceberg.exceptions import CommitFailedException
+
+        txn = table.transaction()
+        with txn.update_snapshot(snapshot_properties=props).fast_append():
+            pass
+        try:
+            txn.commit_transaction()  # asserts the head it read: a concurrent commit fails it
+        except CommitFailedException:
+            return
+        log.warning("closed run %s: %s", pending.run_id, reason)
 
     def _resume(
         self, progress: Progress, pending: Pending, to_snapshot_inclusive: int | None, source: Table | None

@@ -47,6 +47,7 @@ class Key:
     TASK_VERSION = PREFIX + "task-version"
     RUN_ID = PREFIX + "run-id"
     RESET_REASON = PREFIX + "reset-reason"
+    CLOSED = PREFIX + "closed-reason"  # a run part way through ended where it was: why (its range's end expired)
     # chunked progress: every commit of a run (its chunks; the last one also moves the watermark)
     RANGE_END = PREFIX + "range-end-snapshot-id"  # T of the run's pinned range
     RANGE_END_SEQUENCE = PREFIX + "range-end-sequence-number"
@@ -101,6 +102,8 @@ class Watermark:
     source_uuid: str | None = None  # the source table the newest commit was made on (None: older commits)
     source_uuid_at: int | None = None  # the ledger snapshot that recorded it
     source_field_ids: Mapping[str, int] | None = None  # the task's columns, as that commit read them
+    closed: bool = False  # recorded by closing a run part way through: its verdicts stand, the next run matches
+    # its rows by content (``ResultsLedger.plan``)
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,11 @@ class RunRecord:
     @property
     def is_reset(self) -> bool:
         return Key.RESET_REASON in self.properties
+
+    @property
+    def closed_reason(self) -> str | None:
+        """Why a run part way through was closed where it was (its committed verdicts stand), if it was."""
+        return self.properties.get(Key.CLOSED)
 
     def number(self, key: str, default: float = 0.0) -> float:
         """A reported figure (rows, tokens, seconds, a rate); missing or unreadable: the default."""
@@ -347,7 +355,8 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
         where = f"ledger snapshot {snap.snapshot_id}"
         wm = parse_snapshot_id(summary.get(Key.WATERMARK), where=where)
         seq = parse_snapshot_id(summary.get(Key.SEQUENCE), where=where)
-        watermark = Watermark(wm, snap.snapshot_id, summary.get(Key.RUN_ID), snap.timestamp_ms, seq)
+        watermark = Watermark(wm, snap.snapshot_id, summary.get(Key.RUN_ID), snap.timestamp_ms, seq,
+                              closed=Key.CLOSED in summary)  # fmt: skip
         break
     else:
         if chunks:  # the history was expired under a run part way through: its chunks say where it started

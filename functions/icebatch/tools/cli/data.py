@@ -156,6 +156,7 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
                     "chunks": int(r.number(Key.CHUNK, 1)),
                     "attempts": int(r.number(Key.ATTEMPTS, 1)),
                     "corrupt": r.corrupt,
+                    "closed": r.closed_reason,
                 }
             )
     if args.json:
@@ -171,6 +172,10 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
             print(f"{row['consumer']:<10} {row['run_id']:<36} unreadable: {row['corrupt']}")
             continue
         start = "none" if row["from_snapshot_exclusive"] is None else row["from_snapshot_exclusive"]
+        if row["closed"] is not None:
+            print(f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} closed part way "
+                  f"(rows={row['rows']}): {row['closed']}")  # fmt: skip
+            continue
         print(
             f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} {start} -> "
             f"{row['to_snapshot_inclusive']}  rows={row['rows']} errors={row['rows_error']} "
