@@ -506,6 +506,7 @@ def failed_event(run: JobRun, error: BaseException, *, retryable: bool) -> Batch
         attempt=run.attempt.number,
         rows_processed=c.received if c else 0,
         rows_committed=committed,
+        attempt_rows_committed=c.committed if c else 0,
         tokens=TokenCounts(input=totals.input_tokens, output=totals.output_tokens) if totals else None,
         engine_seconds=run.timing.engine_seconds,
         job_seconds=run.elapsed,

@@ -166,6 +166,9 @@ class BatchJobFailed(_Detail):
     rows_committed: int = Field(
         default=0, ge=0, description="Rows of the range committed so far (earlier attempts' and this one's)"
     )
+    attempt_rows_committed: int = Field(
+        default=0, ge=0, description="Rows this attempt committed (0: its GPU time is in no completed run's cost)"
+    )
     resumable: bool = Field(
         default=False,
         description="Committed rows stay committed: the next attempt of the run continues after them",

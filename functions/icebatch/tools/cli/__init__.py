@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from icebatch import __version__
 from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.settings import Settings
-from icebatch.tools.cli import checks, data, init, jobs, launch, meta, results
+from icebatch.tools.cli import checks, data, init, jobs, launch, meta, results, runs
 from icebatch.tools.cli.common import Handler
 
 EPILOG = """\
@@ -32,6 +32,7 @@ Typical session on a laptop (no AWS, no GPU):
   icebatch estimate                                       # what draining it would cost
   icebatch launch --trigger schedule                      # the launcher decides and runs the jobs
   icebatch report                                         # the cost report of the latest run
+  icebatch runs                                           # every run, however it ended, with its cost
 
 Configuration comes from ICEBATCH_* environment variables (`icebatch config` lists them all) and the
 consumers file (functions/icebatch/consumers/consumers.yaml, or ICEBATCH_CONSUMERS_FILE).
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level to stderr")
     parser.add_argument("--version", action="version", version=f"icebatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (init, checks, data, results, launch, jobs, meta):
+    for group in (init, checks, data, results, runs, launch, jobs, meta):
         group.add_parsers(sub)
     return parser
 
