@@ -64,6 +64,8 @@ class LaunchDecision(BaseModel):
     reason: str
     over_budget: bool = False
     estimate_usd: float | None = None
+    spent_today_usd: float | None = None  # today's (UTC) spend so far, read when the consumer had work
+    max_usd_per_day: float | None = None  # the consumer's daily budget
     backend: str
     job_name: str | None = None
     run_id: str | None = None
@@ -107,7 +109,7 @@ class Observation:
     failed_attempts: int = 0
     active: ActiveJob | None = None
     estimate: Estimate | None = None
-    spent_today: float = 0.0
+    spent_today: float | None = None  # what the consumer's runs committed today cost (read when it has work)
     pending: Pending | None = None  # a run part way through its range: the launch resumes it
     deferred: bool = False  # the range's last attempt had no model and found rows that need it
 
@@ -206,7 +208,7 @@ def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Con
         max_attempts=ctx.settings.launch.max_attempts,
         estimate_usd=seen.estimate.usd if seen.estimate else 0.0,
         max_usd_per_run=budget.max_usd_per_run if budget else None,
-        spent_today_usd=seen.spent_today,
+        spent_today_usd=seen.spent_today or 0.0,
         max_usd_per_day=budget.max_usd_per_day if budget else None,
         ignore_reason=seen.ignore,
         refusal=seen.refusal,
@@ -314,6 +316,8 @@ def record(
         reason=gate.reason,
         over_budget=gate.over_budget,
         estimate_usd=round(seen.estimate.usd, 4) if seen.estimate else None,
+        spent_today_usd=None if seen.spent_today is None else round(seen.spent_today, 6),
+        max_usd_per_day=consumer.budget.max_usd_per_day if consumer.budget else None,
         backend=ctx.settings.top.backend,
         job_name=spec.name if spec else None,
         run_id=spec.run_id if spec else None,

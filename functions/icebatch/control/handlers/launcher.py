@@ -93,6 +93,10 @@ def count(d: LaunchDecision) -> None:
             m.add_metric(name="OldestUnprocessedAge", unit=MetricUnit.Seconds, value=d.oldest_unprocessed_age_seconds)
         if d.over_budget:
             m.add_metric(name="BudgetRefusals", unit=MetricUnit.Count, value=1)
+        if d.spent_today_usd is not None:  # the daily spend against the budget (the dashboard's "spend" panel)
+            m.add_metric(name="SpentTodayUsd", unit=MetricUnit.NoUnit, value=d.spent_today_usd)
+        if d.max_usd_per_day is not None:
+            m.add_metric(name="BudgetPerDayUsd", unit=MetricUnit.NoUnit, value=d.max_usd_per_day)
         if d.decision == "launch":
             m.add_metric(name="JobsLaunched", unit=MetricUnit.Count, value=1)
             m.add_metric(name="GpusRequested", unit=MetricUnit.Count, value=d.gpus or 0)
