@@ -468,7 +468,7 @@ def completed(run: JobRun, commit: CommitResult) -> JobResult:
         row_noun=run.consumer.row_noun,
         **removal_counts(run, commit),
     )
-    run.out(completed_text(event, include_state=False))
+    run.out(completed_text(event, include_state=False, prices=run.settings.cost.batch_prices()))
     publish(run.publisher, event)
     return JobResult(
         "completed",

@@ -145,6 +145,9 @@ def test_reporter_publishes_text_and_json_with_attributes(
     assert notification["Subject"] == result["subject"]
     report = json.loads(notification["Message"])  # the "sqs" form: JSON for machines
     assert report["run_id"] == "triage-20261129T020005-4f1c2a" and report["cost"]["usd_per_1k_rows"] > 0
+    # and the run's tokens priced at the default batch APIs, beside the GPU's cost
+    assert set(report["batch_api_usd"]) == {p.name for p in aws_settings.cost.batch_prices()} != set()
+    assert all(usd > 0 for usd in report["batch_api_usd"].values())
     attributes = notification["MessageAttributes"]
     assert attributes["consumer"] == {"Type": "String", "Value": "triage"}
     assert attributes["status"]["Value"] == "completed" and attributes["cost_usd"]["Type"] == "Number"

@@ -145,3 +145,33 @@ def test_the_report_names_the_instance_type_and_where_its_rate_comes_from() -> N
     text = completed_text(_completed(cost=costs))
     assert "hourly rate           : $0.8048 per GPU-hour (g6.xlarge on-demand (us-east-1))" in text
     assert costs.instance_type == "g6.xlarge"
+
+
+# --- the same tokens at batch APIs ------------------------------------------------------------------
+def test_the_report_prices_the_runs_tokens_at_each_batch_api_and_says_which_was_cheaper() -> None:
+    from icebatch.core.batch_prices import parse_prices
+
+    # given a run of 2M input and 1M output tokens that cost $1.00 of GPU lifetime, and two batch prices
+    run = _completed(
+        tokens=TokenCounts(input=2_000_000, output=1_000_000), cost=_costs().model_copy(update={"lifetime_cost": 1.0})
+    )
+    prices = parse_prices("openai-batch:gpt-4o-mini=0.075/0.30;anthropic-batch:claude-3-5-haiku=0.40/2.00")
+    # when its report is written
+    text = completed_text(run, prices=prices)
+    # then each price has a line with what the tokens cost there and how the GPU run compares
+    assert "at batch APIs         : openai-batch:gpt-4o-mini $0.4500: 2.2x cheaper than the GPU run" in text
+    assert "                      : anthropic-batch:claude-3-5-haiku $2.8000: the GPU run was 2.8x cheaper" in text
+    # and with none configured (`off`), no such line
+    assert "batch APIs" not in completed_text(run, prices=parse_prices("off"))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["", "gpt=1", "gpt=1/", "gpt=-1/2", "gpt=1e3/2", "gpt=1/2;", " gpt=1/2", "gpt=10000/1", "a b=1/2",
+     ";".join(f"m{i}=1/1" for i in range(11)), "OFF"],
+)  # fmt: skip
+def test_a_price_list_it_cannot_read_is_refused_with_the_form_it_takes(spec: str) -> None:
+    from icebatch.core.batch_prices import parse_prices
+
+    with pytest.raises(ValueError, match=r"provider:model=|at most 10"):
+        parse_prices(spec)

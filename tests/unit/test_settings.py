@@ -71,6 +71,7 @@ def test_control_plane_catalog_never_needs_pyarrow() -> None:
         ({"ICEBATCH_CONSUMER": "triage"}, "unknown setting.*ICEBATCH_CONSUMER"),  # consumers live in their file
         ({"ICEBATCH_DRY_RUN": "maybe"}, "ICEBATCH_DRY_RUN"),
         ({"ICEBATCH_LOG_LEVEL": "LOUD"}, "ICEBATCH_LOG_LEVEL"),
+        ({"ICEBATCH_BATCH_API_PRICES": "gpt=cheap"}, "ICEBATCH_BATCH_API_PRICES: .*provider:model="),
         ({"ICEBATCH_DTYPE": "fp32"}, "ICEBATCH_DTYPE: .*'auto', 'bfloat16', 'float16', 'half', 'float32' or 'float'"),
         # a variable's text is exactly its value: no lenient coercion
         ({"ICEBATCH_DRY_RUN": "yes"}, "ICEBATCH_DRY_RUN: .*'yes' is not `true` or `false`"),

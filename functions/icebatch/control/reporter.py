@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.aws_clients import aws_client, unreachable
+from icebatch.core.batch_prices import BatchPrice
 from icebatch.core.bus import load_adapter
 from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
 from icebatch.core.events import EVENT_SOURCE, BatchJobCompleted, BatchJobFailed
@@ -41,15 +42,19 @@ class CostReport:
     attributes: dict[str, str | float]
 
 
-def build_report(detail: BatchJobCompleted | BatchJobFailed, *, event_id: str) -> CostReport:
+def build_report(
+    detail: BatchJobCompleted | BatchJobFailed, *, event_id: str, prices: tuple[BatchPrice, ...] = ()
+) -> CostReport:
+    """The report of an event; ``prices``: batch APIs its tokens are priced at beside the GPU's cost."""
     data = {"detail_type": detail.detail_type, "event_id": event_id, **detail.model_dump(mode="json")}
     if isinstance(detail, BatchJobCompleted):
         cost = detail.cost.lifetime_cost
+        data["batch_api_usd"] = {p.name: round(p.cost(detail.tokens.input, detail.tokens.output), 6) for p in prices}
         return CostReport(
             key=detail.run_id,
             status="completed",
             subject=subject(detail),
-            text=completed_text(detail),
+            text=completed_text(detail, prices=prices),
             data=data,
             attributes={
                 "deployment": detail.deployment,
@@ -203,7 +208,7 @@ def report_with(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]
     notifier = load_notifier(settings)
 
     def report(event: dict[str, Any]) -> dict[str, Any]:
-        built = build_report(parse_detail(event), event_id=event["id"])
+        built = build_report(parse_detail(event), event_id=event["id"], prices=settings.cost.batch_prices())
         return {
             "status": "reported",
             "run": built.key,

@@ -5,6 +5,7 @@ One renderer for both, so that what the job prints and what finance receives can
 
 from __future__ import annotations
 
+from icebatch.core.batch_prices import BatchPrice, comparison
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed
 
 
@@ -89,7 +90,7 @@ def batch_summary(e: BatchJobCompleted) -> str:
     return "\n".join(lines)
 
 
-def tokenomics(e: BatchJobCompleted) -> str:
+def tokenomics(e: BatchJobCompleted, prices: tuple[BatchPrice, ...] = ()) -> str:
     c = e.cost
     per_row_in = e.tokens.input / e.rows if e.rows else 0
     per_row_out = e.tokens.output / e.rows if e.rows else 0
@@ -125,13 +126,18 @@ def tokenomics(e: BatchJobCompleted) -> str:
             _line("$ per 1k rows", _money(c.usd_per_1k_rows)),
             _line("$ per 1M output tok", _money(c.usd_per_1m_output_tokens)),
             _line("$ per 1M tokens", _money(c.usd_per_1m_tokens)),
+            *(
+                _line("at batch APIs" if i == 0 else "", line)
+                for i, line in enumerate(comparison(prices, e.tokens.input, e.tokens.output, c.lifetime_cost))
+            ),
         ]
     )
 
 
-def completed_text(e: BatchJobCompleted, *, include_state: bool = True) -> str:
+def completed_text(e: BatchJobCompleted, *, include_state: bool = True, prices: tuple[BatchPrice, ...] = ()) -> str:
+    """The completion report; ``prices``: batch APIs to price its tokens at (``ICEBATCH_BATCH_API_PRICES``)."""
     if not include_state:
-        return "\n".join([batch_summary(e), tokenomics(e)])
+        return "\n".join([batch_summary(e), tokenomics(e, prices)])
     state = incremental_state(
         consumer=e.consumer,
         source_table=e.source_table,
@@ -140,7 +146,7 @@ def completed_text(e: BatchJobCompleted, *, include_state: bool = True) -> str:
         new_rows=e.rows,
         noun=e.row_noun,
     )
-    return "\n".join([state, batch_summary(e), tokenomics(e)])
+    return "\n".join([state, batch_summary(e), tokenomics(e, prices)])
 
 
 def _range(e: BatchJobFailed) -> str:

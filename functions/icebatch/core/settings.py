@@ -44,6 +44,9 @@ from pydantic_settings.exceptions import SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
 from icebatch.core import untrusted
+from icebatch.core.batch_prices import AS_OF as BATCH_PRICES_AS_OF
+from icebatch.core.batch_prices import DEFAULT_SPEC as DEFAULT_BATCH_PRICES
+from icebatch.core.batch_prices import BatchPrice, parse_prices
 from icebatch.core.errors import ConfigError
 from icebatch.core.failpoints import POINTS
 from icebatch.core.instances import (
@@ -471,6 +474,22 @@ class CostSettings(Section):
         description="$ per GPU worker-hour. Default: the on-demand price (us-east-1) of the cheapest allowed "
         "instance type that can host the worker; reports name the type.",
     )
+    batch_api_prices: str = Field(
+        default=DEFAULT_BATCH_PRICES,
+        max_length=2000,
+        description="What a run's tokens would cost at batch APIs, beside the GPU's, in each report: "
+        "`provider:model=<input $/1M tokens>/<output $/1M tokens>`, `;`-separated (at most 10), or `off`. Default: "
+        f"batch list prices of {BATCH_PRICES_AS_OF} (OpenAI, Anthropic, Bedrock batch: 50% of list).",
+    )
+
+    @field_validator("batch_api_prices")
+    @classmethod
+    def _prices(cls, value: str) -> str:
+        parse_prices(value)
+        return value
+
+    def batch_prices(self) -> tuple[BatchPrice, ...]:
+        return parse_prices(self.batch_api_prices)
 
 
 class AwsSettings(Section):

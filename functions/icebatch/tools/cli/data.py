@@ -242,7 +242,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print_json(event.model_dump(mode="json"))
     else:
-        print(completed_text(event))
+        print(completed_text(event, prices=settings.cost.batch_prices()))
     return 0
 
 
