@@ -12,7 +12,9 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 
+from icebatch.core.bus import report_printed_by_the_job
 from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANSIENT
 from icebatch.core.json_stdout import stdout_kept_for_json
@@ -101,7 +103,8 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
         rayjob_name=args.rayjob_name,
         consumer=args.consumer,
     )
-    with stdout_kept_for_json(args.json):  # Ray forwards the engine's output to this process's stdout
+    printed = nullcontext() if args.json else report_printed_by_the_job()  # the local reporter: not twice
+    with stdout_kept_for_json(args.json), printed:  # Ray forwards the engine's output to this process's stdout
         result = run_job(settings, request, out=(lambda _text: None) if args.json else print, interrupts=interrupts)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str))

@@ -563,6 +563,25 @@ def test_rows_deleted_are_counted_by_the_backlog_and_a_job_removes_their_verdict
     _every_live_row_once(ledger)
 
 
+def test_job_run_prints_its_report_once(
+    settings: Settings, cli_environment: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyiceberg.expressions import In
+
+    # given a consumer with verdicts to remove (a run with no engine: quick, and a whole report all the same)
+    _, ledger = _labelled_alone(settings, cli_environment, monkeypatch)
+    ledger.source().delete(In("ticket_id", source_ids(ledger)[:1]))
+    capsys.readouterr()
+    # when the job runs on a terminal, its completion event delivered to the local reporter in the same process
+    assert icebatch_main(["job", "run"]) == 0
+    out = capsys.readouterr().out
+    # then the report's blocks are printed once, and the reporter says where it filed the report
+    assert out.count("BATCH SUMMARY") == 1 and out.count("TOKENOMICS") == 1, out
+    [filed] = [line for line in out.splitlines() if line.startswith("[report] ")]
+    assert "written to " in filed and filed.endswith(".completed.txt")
+    assert "BATCH SUMMARY" in Path(filed.split("written to ")[1]).read_text()
+
+
 def test_a_recreated_source_on_each_catalog_is_refused_then_followed_after_a_reset(any_settings: Settings) -> None:
     # given a consumer whose source was dropped and created again, on the SQL catalog and on Glue with S3 (moto)
     ledger, old_ids = _labelled_then_recreated(any_settings)

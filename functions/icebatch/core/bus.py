@@ -10,6 +10,9 @@ from __future__ import annotations
 import importlib
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.errors import ConfigError, TransientError
@@ -20,6 +23,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 LOCAL_BUS = "icebatch.tools.local_bus:local_bus"
+JOB_PRINTED_ITS_REPORT: ContextVar[bool] = ContextVar("icebatch_job_printed_its_report", default=False)
+
+
+@contextmanager
+def report_printed_by_the_job() -> Iterator[None]:
+    """While a job that prints its own completion report runs (``python -m icebatch_job run`` on a terminal), a
+    local reporter delivering that report in the same process files it and says where, not printing it again."""
+    token = JOB_PRINTED_ITS_REPORT.set(True)
+    try:
+        yield
+    finally:
+        JOB_PRINTED_ITS_REPORT.reset(token)
 
 
 class EventPublisher(ABC):

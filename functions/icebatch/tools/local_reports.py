@@ -24,6 +24,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
 from icebatch.control.reporter import CostReport, Notifier
+from icebatch.core.bus import JOB_PRINTED_ITS_REPORT
 from icebatch.core.errors import PermanentError
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import summarize
@@ -46,7 +47,10 @@ class FileNotifier(Notifier):
         (self.folder / f"{stem}.json").write_text(
             json.dumps({"subject": report.subject, "attributes": report.attributes, **report.data}, indent=2)
         )
-        self.out(f"\n[report] {report.subject}\n{report.text}\n[report written to {self.folder / stem}.txt]")
+        if report.status == "completed" and JOB_PRINTED_ITS_REPORT.get():  # the job printed it just above
+            self.out(f"[report] {report.subject}: written to {self.folder / stem}.txt")
+        else:
+            self.out(f"\n[report] {report.subject}\n{report.text}\n[report written to {self.folder / stem}.txt]")
         return stem
 
 
