@@ -169,6 +169,11 @@ def test_ledger_runs_and_reset(tmp_path: Path) -> None:
     assert reset.returncode == 0, reset.stderr
     [after] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "triage", "--json").stdout)
     assert after["backlog_rows"] == 0
+    # and the ledger lists the reset with its reason, not as a run of 0 rows
+    [line] = [x for x in icebatch(tmp_path, "ledger", "runs").stdout.splitlines() if "reset" in x]
+    assert line.endswith(f"reset to {backlog['current_snapshot_id']}: skip a bad batch") and "rows=" not in line
+    first = json.loads(icebatch(tmp_path, "ledger", "runs", "--json").stdout)["runs"][0]
+    assert first["reset_reason"] == "skip a bad batch"
     unknown = icebatch(tmp_path, "ledger", "reset", "--consumer", "triage", "--to-snapshot", "12345", "--reason", "x")
     assert unknown.returncode == 2 and "not in support.tickets" in unknown.stderr
     several = icebatch(tmp_path, "ledger", "reset", "--to-snapshot", "12345", "--reason", "x")

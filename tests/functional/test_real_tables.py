@@ -612,10 +612,13 @@ def test_rows_deleted_with_none_added_launch_a_run_that_removes_their_verdicts_w
     capsys.readouterr()
     # when the table-change trigger reaches the launcher (the embedded default: the job runs in this process)
     assert icebatch_main(["launch", "--trigger", "append", "--json"]) == 0
-    response = json.loads(capsys.readouterr().out)
-    [d] = response["decisions"]
+    captured = capsys.readouterr()
+    [d] = json.loads(captured.out)["decisions"]
     # then it launched, whatever the threshold, and the run removed the two verdicts with no Ray and no engine
     assert d["decision"] == "launch" and d["reason"].startswith("2 deleted and "), d
+    # (while it ran, the terminal was told which job runs here and where its console is)
+    [said] = [line for line in captured.err.splitlines() if "runs here now" in line]
+    assert said.startswith(f"[icebatch] triage: job {d['job_name']} runs here now") and said.endswith(".log")
     assert not ray.is_initialized()
     assert not set(gone) & set(ledger_ids(ledger))
     _every_live_row_once(ledger)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -133,6 +134,9 @@ class LocalBackend(JobBackend):
             with log_path.open("a") as f:
                 f.write(text + "\n")
 
+        # the decision is printed when the launcher returns, after the job: say now what runs, and where it writes
+        print(f"[icebatch] {spec.consumer.name}: job {spec.name} runs here now ({spec.backlog_rows:,} rows, attempt "
+              f"{spec.attempt}); its console: {log_path}", file=sys.stderr, flush=True)  # fmt: skip
         interrupts = _interrupts(settings)
         _import_ray_untagged()
         try:

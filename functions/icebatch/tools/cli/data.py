@@ -157,6 +157,7 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
                     "attempts": int(r.number(Key.ATTEMPTS, 1)),
                     "corrupt": r.corrupt,
                     "closed": r.closed_reason,
+                    "reset_reason": r.text(Key.RESET_REASON) or None,
                 }
             )
     if args.json:
@@ -172,6 +173,10 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
             print(f"{row['consumer']:<10} {row['run_id']:<36} unreadable: {row['corrupt']}")
             continue
         start = "none" if row["from_snapshot_exclusive"] is None else row["from_snapshot_exclusive"]
+        if row["reset_reason"] is not None:
+            print(f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} reset to "
+                  f"{row['to_snapshot_inclusive'] or 'none'}: {row['reset_reason']}")  # fmt: skip
+            continue
         if row["closed"] is not None:
             print(f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} closed part way "
                   f"(rows={row['rows']}): {row['closed']}")  # fmt: skip
