@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,10 @@ def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_
     records = [json.loads(line) for line in done.stderr.splitlines() if line.startswith('{"level"')]
     assert {r["service"] for r in records} == {"icebatch-launcher", "icebatch-reporter"}
     assert [k for r in records for k in r if k.startswith("_ray")] == []
+    # and a successful demo says nothing at ERROR level: no Ray core line (`[... E pid pid] core_worker.cc`), no
+    # Python ERROR record
+    errors = [line for line in done.stderr.splitlines() if re.search(r"^\[[^]]* E \d+ \d+\]|\bERROR\b", line)]
+    assert errors == [], errors[:5]
     # and each consumer's results table holds every ticket once
     settings = Settings(home=home)
     for consumer in load_consumers(settings):

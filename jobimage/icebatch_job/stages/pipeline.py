@@ -201,6 +201,10 @@ def build_engine_pipeline(
         compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=SMALL_CPU,
         memory=PROMPT_STAGE_MEMORY,
+        # not restarted: Ray Data keeps its constructor arguments in the object store, so a restart may fail
+        # anyway, and Ray says so at ERROR level on every run (ray-project/ray#53727); a prompt stage that dies
+        # fails the attempt, whose next one resumes after the committed chunks
+        max_restarts=0,
     )
     processor.preprocess = processor.postprocess = None  # Processor.__call__ skips a map that is None
     # the engine's processes forked from a warm server (icebatch_job.process.engine_processes); a copy, as an assignment
@@ -210,6 +214,10 @@ def build_engine_pipeline(
         update={
             "fn": EngineStageUDF,
             "fn_constructor_kwargs": {**stage.fn_constructor_kwargs, "process_start": cfg.process_start},
+            # an engine that dies fails the attempt (retried by the launcher, resumed after the committed chunks),
+            # not restarted without end in place (Ray Data's default, -1: an engine that dies at every start would
+            # hold the GPU until the stall timeout), and Ray prints no ERROR line about restarts (ray#53727)
+            "map_batches_kwargs": {**stage.map_batches_kwargs, "max_restarts": 0},
         }
     )
     return processor(prompts), processor.DATA_COLUMN
