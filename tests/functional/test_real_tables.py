@@ -778,6 +778,10 @@ def test_a_run_part_way_through_survives_compaction_and_expiry_of_its_range_end(
     compact(ledger.source())
     expire_all_but_current(ledger.source())
     assert ledger.source().metadata.snapshot_by_id(stale.to_snapshot_inclusive) is None
+    # then the backlog says what the next run will do with it
+    assert icebatch_main(["backlog", "--consumer", "triage", "--json"]) == 0
+    [shown] = json.loads(capsys.readouterr().out)
+    assert shown["in_progress"]["run_id"] == stale.run_id and shown["in_progress"]["end_expired"] is True
     # when the launcher decides, then it launches a new run from the same watermark up to now (not the stale range)
     forced = {**json.loads((EVENTS / "manual-dry-run.json").read_text()), "force": True}
     [d] = invoke("launcher", forced, settings)["decisions"]

@@ -42,11 +42,13 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def pending_dict(p: Pending | None) -> dict[str, Any] | None:
-    """A run part way through its range, as ``backlog --json`` and ``ledger runs --json`` show it."""
+def pending_dict(p: Pending | None, *, end_expired: bool = False) -> dict[str, Any] | None:
+    """A run part way through its range, as ``backlog --json`` and ``ledger runs --json`` show it (``end_expired``:
+    its range's end snapshot is gone, and the next run closes it: ``ResultsLedger._close``)."""
     if p is None:
         return None
     return {
+        "end_expired": end_expired,
         "run_id": p.run_id,
         "from_snapshot_exclusive": p.from_snapshot_exclusive,
         "to_snapshot_inclusive": p.to_snapshot_inclusive,
@@ -60,15 +62,16 @@ def pending_dict(p: Pending | None) -> dict[str, Any] | None:
 def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.core.ledger import open_ledger
 
-    found = []
+    found, stale = [], set()
     for c in selected(settings, args.consumer):
         ledger = open_ledger(settings, c, control_plane=True)
-        progress = ledger.progress()
-        found.append((c, ledger.backlog(watermark=progress.watermark), progress.pending))
+        progress, source = ledger.progress(), ledger.source()
+        found.append((c, ledger.backlog(watermark=progress.watermark, source=source), progress.pending))
+        if progress.pending is not None and ledger.end_expired(progress.pending, source):
+            stale.add(c.name)
     if args.json:
-        print_json(
-            [{**b.to_dict(), "task_version": c.task_version, "in_progress": pending_dict(p)} for c, b, p in found]
-        )
+        print_json([{**b.to_dict(), "task_version": c.task_version,
+                     "in_progress": pending_dict(p, end_expired=c.name in stale)} for c, b, p in found])  # fmt: skip
         return 0
     for c, b, p in found:
         age = b.oldest_pending_age_seconds()
@@ -89,6 +92,9 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
                   "sequence number and matched by content")  # fmt: skip
         if p is not None:
             print(f"in progress           : {p.describe()} (to snapshot {p.to_snapshot_inclusive})")
+        if c.name in stale:
+            print("                        its range's end snapshot was expired: the next run closes it where it is "
+                  "and takes the rest of its rows, matched by content")  # fmt: skip
         print()
     return 0
 
