@@ -175,3 +175,12 @@ def test_a_price_list_it_cannot_read_is_refused_with_the_form_it_takes(spec: str
 
     with pytest.raises(ValueError, match=r"provider:model=|at most 10"):
         parse_prices(spec)
+
+
+def test_a_cpu_runs_cost_is_labelled_as_the_gpu_equivalent_it_is() -> None:
+    # given the same run on a GPU and on CPU (the embedded default, billed at the GPU's rate)
+    gpu, cpu = _completed(device="gpu"), _completed(device="cpu")
+    # then only the CPU run's report and subject say its cost is a GPU-equivalent
+    assert "GPU-equivalent" not in completed_text(gpu) and "GPU-equivalent" not in subject(gpu)
+    assert f"{'priced as':<22}: the GPU-equivalent: this run ran on CPU" in completed_text(cpu)
+    assert subject(cpu) == subject(gpu).replace(" (10 not ok)", " GPU-equivalent (10 not ok)") != subject(gpu)

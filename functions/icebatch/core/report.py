@@ -105,6 +105,9 @@ def tokenomics(e: BatchJobCompleted, prices: tuple[BatchPrice, ...] = ()) -> str
         engine = f"{_duration(e.engine_seconds)} (first result after {_duration(e.first_result_seconds)})"
     else:  # everything arrived at once: start-up and generation cannot be told apart
         engine = f"{_duration(e.engine_seconds)} (including engine start-up)"
+    cpu_note = (
+        [_line("priced as", "the GPU-equivalent: this run ran on CPU, billed as if on that GPU")] if _on_cpu(e) else []
+    )
     return "\n".join(
         [
             _rule("TOKENOMICS"),
@@ -121,6 +124,7 @@ def tokenomics(e: BatchJobCompleted, prices: tuple[BatchPrice, ...] = ()) -> str
                 "hourly rate",
                 f"{_money(c.hourly_rate)} per GPU-hour" + (f" ({c.rate_source})" if c.rate_source else ""),
             ),
+            *cpu_note,
             _line("cost (engine only)", _money(c.engine_cost)),
             _line("cost (GPU lifetime)", _money(c.lifetime_cost)),
             _line("$ per 1k rows", _money(c.usd_per_1k_rows)),
@@ -192,11 +196,17 @@ def failed_text(e: BatchJobFailed) -> str:
     return "\n".join(lines)
 
 
+def _on_cpu(e: BatchJobCompleted) -> bool:
+    """A run whose engine ran on CPU (the embedded default): its cost is what the same time costs on the GPU."""
+    return e.device.lower() == "cpu"
+
+
 def subject(e: BatchJobCompleted | BatchJobFailed) -> str:
     """A readable one-liner (SNS subjects are at most 100 characters)."""
     if isinstance(e, BatchJobCompleted):
         removed = f", {e.verdicts_removed:,} verdicts removed" if e.verdicts_removed else ""
-        text = f"icebatch {e.consumer}: {e.rows:,} {e.row_noun}{removed}, {_money(e.cost.lifetime_cost)}"
+        priced = " GPU-equivalent" if _on_cpu(e) else ""
+        text = f"icebatch {e.consumer}: {e.rows:,} {e.row_noun}{removed}, {_money(e.cost.lifetime_cost)}{priced}"
         if e.rows_error:
             text += f" ({e.rows_error:,} not ok)"
     else:
