@@ -60,6 +60,7 @@ def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_
     # Python ERROR record
     errors = [line for line in done.stderr.splitlines() if re.search(r"^\[[^]]* E \d+ \d+\]|\bERROR\b", line)]
     assert errors == [], errors[:5]
+    assert "Progress bars disabled" not in done.stderr  # icebatch turned them off and prints its own progress
     # and each consumer's results table holds every ticket once
     settings = Settings(home=home)
     for consumer in load_consumers(settings):

@@ -148,6 +148,9 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
 
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False  # icebatch prints its own progress
+    from ray.util.debug import log_once
+
+    log_once("ray_data_progress_manager_disabled")  # taken: no "Progress bars disabled. To enable, ..." (we did)
     ctx.print_on_execution_start = False
     # Rows for the engine carry vLLM's FINAL_ONLY as a pickled reference (icebatch_job.stages.prompts.FinalOnly),
     # which Arrow cannot hold: say explicitly that such a column is kept as pickled Python objects (Ray's
