@@ -137,3 +137,24 @@ def test_costs_refuses_a_look_back_it_cannot_read(
 ) -> None:
     assert icebatch_main(["costs", f"--since={since}"]) == 2
     assert "not a look-back like 30d or 12h" in capsys.readouterr().err
+
+
+def test_the_history_reads_the_same_from_the_glue_catalog(any_settings: Settings) -> None:
+    from icebatch.tools.runs import history, spend_per_day
+
+    # given a completed run, a reset and a run part way through, on each catalog
+    ensure_source_table(open_catalog(any_settings), any_settings.catalog.source_table)
+    ledger = open_ledger(any_settings, triage(any_settings))
+    append_tickets(ledger.source(), generate_tickets(5, random.Random(1)))
+    done = run_once(ledger)
+    ledger.reset(ledger.watermark().source_snapshot_id, reason="checked by hand")
+    append_tickets(ledger.source(), generate_tickets(6, random.Random(2)))
+    with pytest.raises(Crash):
+        run_once(ledger, transform=dies_after(4), chunk_rows=3)
+    # when the history is read
+    rows = history(any_settings, [ledger.consumer], {"triage": ledger})
+    # then it is the same on either catalog: part way, reset, completed, and the day's spend is the completed run's
+    assert [(r.status, r.rows) for r in rows] == [("in_progress", 3), ("reset", 0), ("completed", 5)]
+    assert done is not None and rows[2].run_id == done.plan.run_id and rows[1].note == "checked by hand"
+    [today] = spend_per_day(rows, [ledger.consumer], datetime.now(UTC) - timedelta(days=1))
+    assert (today.runs, today.rows) == (1, 5) and today.cost_usd == pytest.approx(rows[2].cost_usd)
