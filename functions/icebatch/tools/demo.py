@@ -171,4 +171,5 @@ def run_demo(settings: Settings, *, tickets: int = 300, batches: int = 5, out: C
         return 1
     out(f"\nDone in {minutes:.1f} min. Results: one table per consumer ({settings.catalog_props()['uri']})")
     out(f"Reports: {settings.reports_dir}")
+    out("Every run and its cost: `icebatch runs`; spend per day: `icebatch costs`; the verdicts: `icebatch results`")
     return 0
