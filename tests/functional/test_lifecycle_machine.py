@@ -2,8 +2,8 @@
 
 A Hypothesis ``RuleBasedStateMachine`` appends, deletes (copy-on-write as pyiceberg writes them, and
 merge-on-read position deletes as Spark writes them), overwrites with the same rows, upserts changed rows,
-truncates, compacts (a ``replace`` as Spark's ``rewrite_data_files`` leaves it) and expires the source's history
-(under a run part way through too: its range's end is then gone),
+truncates, compacts (a ``replace`` as Spark's ``rewrite_data_files`` leaves it) and expires the source's history,
+deleting the files no snapshot lists any more (under a run part way through too: its range's end is then gone),
 and runs the consumer the way the job does (``tests.support.runs``: its planning, reading, chunked commits,
 content identity; a rule-based labeller stands in for the model, which is not what this is about), killed
 after a chosen number of rows or to the end. After each drained run it checks, with an independent count
@@ -41,7 +41,13 @@ from icebatch_job.example.tickets import append_tickets, ensure_source_table, ge
 from pyiceberg.expressions import AlwaysTrue, In
 
 from tests.support.consumers import triage
-from tests.support.crafted_history import add_position_deletes, compact, positions_of, upsert_with_equality_deletes
+from tests.support.crafted_history import (
+    add_position_deletes,
+    compact,
+    positions_of,
+    remove_orphan_files,
+    upsert_with_equality_deletes,
+)
 from tests.support.live_rows import has_equality_deletes, live_rows
 from tests.support.runs import Crash, dies_after, expire_all_but_current, run_once
 
@@ -146,6 +152,7 @@ class Lifecycle(RuleBasedStateMachine):
     @rule()
     def expire_history(self) -> None:
         expire_all_but_current(self.ledger.source())
+        remove_orphan_files(self.ledger.source())  # as Spark's expire_snapshots leaves the bucket
 
     def _compactable(self) -> bool:  # the crafted compaction rewrites data files only
         source = self.ledger.source()
@@ -172,6 +179,7 @@ class Lifecycle(RuleBasedStateMachine):
         if compacting and self._compactable():
             compact(self.ledger.source())
         expire_all_but_current(self.ledger.source())
+        remove_orphan_files(self.ledger.source())
 
     # --- runs -----------------------------------------------------------------------------------
     @rule(rows=st.integers(0, 12))

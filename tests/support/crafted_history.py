@@ -272,3 +272,27 @@ def compact(table: Table) -> int:
             for new in _dataframe_to_data_files(table.metadata, pa.concat_tables(rows), table.io, rewrite.commit_uuid):
                 rewrite.append_data_file(new)
     return table.refresh().metadata.current_snapshot_id  # type: ignore[return-value]
+
+
+def remove_orphan_files(table: Table) -> list[str]:
+    """Table maintenance after an expiry (Spark's ``expire_snapshots`` deletes them, or ``remove_orphan_files``):
+    delete every data and delete file under the table's ``data/`` folder that no remaining snapshot lists. Local
+    (``file://``) warehouses only. Returns the paths deleted."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    location = urlparse(table.metadata.location)
+    assert location.scheme == "file", "remove_orphan_files: a local warehouse only"
+    kept = {
+        e.data_file.file_path
+        for s in table.metadata.snapshots
+        for m in s.manifests(table.io)
+        for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
+    }
+    gone = []
+    for path in sorted((Path(location.path) / "data").rglob("*.parquet")):
+        uri = f"file://{path}"
+        if uri not in kept:
+            path.unlink()
+            gone.append(uri)
+    return gone
