@@ -32,7 +32,7 @@ export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 # the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
 export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help env demo test test-fast test-fault test-reliability reliability test-engine test-aws test-hygiene test-lifecycle-soak lint sam-venv sam-check format bench bench-gpu lock clean
+.PHONY: help env browser demo test test-fast test-fault test-reliability reliability test-engine test-aws test-hygiene test-lifecycle-soak lint sam-venv sam-check format bench bench-gpu lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
@@ -116,11 +116,18 @@ FAULT_THEN_HYGIENE = ( rc=0; $(PY) -m pytest -m fault $(PYTEST_ARGS) || rc=1; $(
 BESIDE_FAULT = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
 	$(PY) -m pytest -m aws $(PYTEST_ARGS) || rc=1; $(MAKE) --no-print-directory reliability || rc=1; exit $$rc )
 
-test: lint sam-check
+# Debian's Chromium, for the test that looks at `icebatch costs --html`'s page in a real browser.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:
+	@command -v chromium >/dev/null || { echo "== installing Debian's chromium (once per machine)"; \
+		$(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }; }
+
+test: lint sam-check browser
 	@$(call beside,$(FAULT_THEN_HYGIENE),fault+hygiene,$(BESIDE_FAULT))
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
 
-test-fast: env $(SAM_VENV)/.installed
+test-fast: env $(SAM_VENV)/.installed browser
 	$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS)
 
 test-fault: env

@@ -60,7 +60,17 @@ def invoke(function: str, event: Any, settings: Settings, *, logs_to_stderr: boo
 
     ``logs_to_stderr`` (the CLI and the local bus) sends the handler's structured logs to stderr and
     leaves out the CloudWatch EMF metric lines, so that stdout carries only what the command prints.
+    The launcher's decisions are also kept under the home (``icebatch.tools.decision_log``).
     """
+    from icebatch.tools.decision_log import record_decisions
+
+    response = _invoke(function, event, settings, logs_to_stderr=logs_to_stderr)
+    if function == "launcher":
+        record_decisions(settings.home, response)
+    return response
+
+
+def _invoke(function: str, event: Any, settings: Settings, *, logs_to_stderr: bool) -> dict[str, Any]:
     import importlib
     import os
     import sys

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from icebatch.core.errors import PermanentError
@@ -77,19 +78,42 @@ def cmd_costs(args: argparse.Namespace, settings: Settings) -> int:
     consumers, rows = _history(settings, args.consumer)
     since = datetime.now(UTC) - args.since
     days = spend_per_day(rows, consumers, since)
+    if args.html:
+        _write_page(args.html, settings, consumers, days, since)
     if args.json:
         print_json({"since": since.isoformat(timespec="seconds"), "days": [d.to_dict() for d in days],
                     "total_usd": sum(d.cost_usd for d in days)})  # fmt: skip
         return 0
     if not days:
         print(f"nothing spent since {since:%Y-%m-%d %H:%M} UTC")
+        if args.html:
+            print(f"charts: {args.html} (open it in a browser)")
         return 0
     print(f"{'DAY (UTC)':<11} {'CONSUMER':<12} {'RUNS':>5} {'FAILED':>6} {'ROWS':>8} {'SPENT':>9} {'BUDGET/DAY':>10}")
     for d in days:
         print(f"{d.day:<11} {d.consumer:<12} {d.runs:>5} {d.failed_attempts:>6} {d.rows:>8,} {_usd(d.cost_usd):>9} "
               f"{_budget(d):>10}")  # fmt: skip
     print(f"total since {since:%Y-%m-%d %H:%M} UTC: {_usd(sum(d.cost_usd for d in days))}")
+    if args.html:
+        print(f"charts: {args.html} (open it in a browser)")
     return 0
+
+
+def _write_page(path: Path, settings: Settings, consumers: list[Consumer], days: list[DaySpend],
+                since: datetime) -> None:  # fmt: skip
+    from icebatch.tools.costs_page import Page, render
+    from icebatch.tools.decision_log import backlog_points
+
+    names = [c.name for c in consumers]
+    page = Page(title=f"icebatch costs: {settings.top.deployment}", since=since, now=datetime.now(UTC),
+                consumers=names, days=days, backlog=backlog_points(settings.home, names, since))  # fmt: skip
+    try:
+        path.write_text(render(page))
+    except OSError as e:
+        raise PermanentError(
+            f"cannot write the page to {summarize(str(path), 200)}: {e.strerror}; "
+            "give --html a file in a folder that exists"
+        ) from e
 
 
 def _usd(value: float) -> str:
@@ -138,4 +162,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     q.add_argument("--since", type=since, default=timedelta(days=30), help="look back this far: 30d (default), 12h")
     consumer_option(q, "only this consumer")
     q.add_argument("--json", action="store_true")
+    q.add_argument("--html", metavar="FILE", type=Path,
+                   help="also write a self-contained page with charts: spend per day against the budget, rows "
+                   "labelled per day, and the backlog each launcher decision saw (kept in decisions.jsonl "
+                   "under the home)")  # fmt: skip
     q.set_defaults(handler=cmd_costs)
