@@ -32,7 +32,7 @@ export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 # the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
 export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help env browser demo test test-fast test-fault test-reliability reliability test-engine test-aws test-hygiene test-lifecycle-soak lint sam-venv sam-check format bench bench-gpu lock clean
+.PHONY: help env browser docs demo test test-fast test-fault test-reliability reliability test-engine test-aws test-hygiene test-lifecycle-soak lint sam-venv sam-check format bench bench-gpu lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
@@ -44,6 +44,7 @@ help:
 	@echo "make test-lifecycle-soak - random table lifecycles with runs, kills and resumes (LIFECYCLE_EXAMPLES=2000)"
 	@echo "make bench  - run the benchmarks (results in bench/results/)"
 	@echo "make bench-gpu - the job vs a bare vllm.LLM on one NVIDIA GPU, Llama-3.1-8B shape (in the job image)"
+	@echo "make docs   - build the documentation site into site/ (mkdocs-material)"
 	@echo "make lint   - ruff + mypy only"
 	@echo "make lock   - re-resolve requirements/dev.lock from pyproject.toml"
 
@@ -116,6 +117,19 @@ FAULT_THEN_HYGIENE = ( rc=0; $(PY) -m pytest -m fault $(PYTEST_ARGS) || rc=1; $(
 BESIDE_FAULT = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
 	$(PY) -m pytest -m aws $(PYTEST_ARGS) || rc=1; $(MAKE) --no-print-directory reliability || rc=1; exit $$rc )
 
+# The documentation site: mkdocs-material in its own virtualenv, keyed by its lock; built strictly (a broken link
+# or anchor, a page missing from the nav fail the build).
+DOCS_LOCK := requirements/docs.lock
+DOCS_VENV := $(ICEBATCH_CACHE)/docs-$(shell sha256sum $(DOCS_LOCK) | cut -c1-12)
+$(DOCS_VENV)/.installed: | $(UV)
+	$(UV) venv -q --allow-existing -p $(PYTHON) $(DOCS_VENV)
+	$(UV) pip sync -q -p $(DOCS_VENV)/bin/python $(DOCS_LOCK)
+	touch $@
+
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet
+	@echo "== the documentation site: site/index.html"
+
 # Debian's Chromium, for the test that looks at `icebatch costs --html`'s page in a real browser.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 browser:
@@ -123,7 +137,7 @@ browser:
 		$(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
 		{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }; }
 
-test: lint sam-check browser
+test: lint sam-check browser docs
 	@$(call beside,$(FAULT_THEN_HYGIENE),fault+hygiene,$(BESIDE_FAULT))
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
 
@@ -182,4 +196,4 @@ lock: | $(UV)
 		--only-binary :all: -o functions/requirements.lock
 
 clean:
-	rm -rf .icebatch .venv .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .icebatch .venv .pytest_cache .mypy_cache .ruff_cache site

@@ -1,8 +1,9 @@
-"""The README's Performance section, rendered from the latest results in bench/results/.
+"""The documentation's Performance page (docs/performance.md), its figures rendered from the latest results in
+bench/results/.
 
 `make bench` runs the benchmarks and then this, which rewrites the section between the markers
 ``<!-- bench:start -->`` and ``<!-- bench:end -->``; tests/contract/test_docs.py checks that the
-README and the latest results agree.
+page and the latest results agree.
 
     python -m bench.report [--check]
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from bench.common import RESULTS
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
@@ -236,17 +237,17 @@ def section(text: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README is not up to date")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page is not up to date")
     args = parser.parse_args()
-    text = README.read_text()
+    text = PAGE.read_text()
     if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} ... {END} markers")
+        raise SystemExit(f"{PAGE} has no {START} ... {END} markers")
     fresh = render()
     if args.check:
         sys.exit(0 if section(text) == fresh else 1)
     before, rest = text.split(START, 1)
     after = rest.split(END, 1)[1]
-    README.write_text(f"{before}{START}\n{fresh}\n{END}{after}")
+    PAGE.write_text(f"{before}{START}\n{fresh}\n{END}{after}")
     print(fresh)
 
 

@@ -1,4 +1,6 @@
-"""The README says what the code does: its settings table is generated, its commands parse."""
+"""The documentation says what the code does: the README is a front page, docs/ a site whose generated pages
+(the CLI and settings references, the performance figures) are the code's and the results' own, and every
+command it shows parses (the tutorial's also run: tests/e2e/test_tutorial.py)."""
 
 from __future__ import annotations
 
@@ -8,26 +10,49 @@ from pathlib import Path
 
 import pytest
 from icebatch.tools.cli import build_parser
-from icebatch.tools.cli.meta import config_markdown
+from icebatch.tools.docs import cli_markdown, with_config
 
 pytestmark = pytest.mark.contract
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+README = ROOT / "README.md"
+PAGES = sorted((ROOT / "docs").rglob("*.md"))
+DOCUMENTS = [README, *PAGES]
 
 
-def test_configuration_tables_are_the_generated_ones() -> None:
-    section = README.split("<!-- config:start -->\n", 1)[1].split("\n<!-- config:end -->", 1)[0]
-    assert section == config_markdown(), "regenerate it with `icebatch config --markdown`"
+def test_the_readme_is_a_front_page_whose_links_lead_somewhere() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) < 200, "the README is the front page: move detail to docs/"
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text)
+    assert len(links) >= 10 and [link for link in links if not (ROOT / link).exists()] == []
 
 
-def _documented_commands() -> list[str]:
-    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
-    lines = [line.split("#", 1)[0].strip() for block in blocks for line in block.splitlines()]
-    return [line for line in lines if line.startswith("icebatch ")]
+def test_every_page_is_in_the_site_nav() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert [p for p in PAGES if str(p.relative_to(ROOT / "docs")) not in nav] == []
 
 
-@pytest.mark.parametrize("line", _documented_commands())
-def test_documented_commands_parse(line: str) -> None:
+def test_the_generated_pages_are_the_codes() -> None:
+    settings = ROOT / "docs" / "reference" / "settings.md"
+    assert settings.read_text() == with_config(settings.read_text()), "run `python -m icebatch.tools.docs`"
+    assert (ROOT / "docs" / "reference" / "cli.md").read_text() == cli_markdown(), "run `python -m icebatch.tools.docs`"
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+    found = []
+    for doc in DOCUMENTS:
+        blocks = re.findall(r"```bash\n(.*?)```", doc.read_text(), flags=re.S)
+        lines = [line.split("#", 1)[0].strip() for block in blocks for line in block.splitlines()]
+        found += [(str(doc.relative_to(ROOT)), line) for line in lines if line.startswith("icebatch ")]
+    return found
+
+
+def test_the_documents_show_commands() -> None:
+    where = {doc for doc, _ in _documented_commands()}
+    assert {"README.md", "docs/tutorial.md", "docs/operating.md"} <= where
+
+
+@pytest.mark.parametrize(("doc", "line"), _documented_commands())
+def test_documented_commands_parse(doc: str, line: str) -> None:
     words = shlex.split(line)[1:]
     # expand the documentation's alternatives: [--json|--markdown] -> --json, a|b -> a
     args = []
@@ -51,14 +76,15 @@ def _with_values(args: list[str]) -> list[str]:
     return out
 
 
-def test_make_targets_in_the_readme_exist() -> None:
+def test_make_targets_in_the_documents_exist() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    for target in set(re.findall(r"^make (\w+)", README, flags=re.M)):
-        assert re.search(rf"^{target}:", makefile, flags=re.M), target
+    for doc in DOCUMENTS:
+        for target in set(re.findall(r"(?:^|`)make ([a-z][\w-]*)", doc.read_text(), flags=re.M)):
+            assert re.search(rf"^{target}:", makefile, flags=re.M), f"{doc.name}: make {target}"
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_performance_section_matches_the_latest_benchmark_results() -> None:
-    from bench.report import render, section
+def test_performance_page_matches_the_latest_benchmark_results() -> None:
+    from bench.report import PAGE, render, section
 
-    assert section(README) == render(), "run `python -m bench.report` (make bench does) and commit README.md"
+    assert section(PAGE.read_text()) == render(), "run `python -m bench.report` (make bench does) and commit it"

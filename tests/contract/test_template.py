@@ -213,16 +213,17 @@ def test_each_stack_names_its_own_service_account() -> None:
 def test_the_deploy_steps_name_only_parameters_the_shipped_configuration_sets() -> None:
     import tomllib
 
-    # given the README's deploy step and the shipped prod configuration
-    readme = (ROOT / "README.md").read_text()
-    step = readme[readme.index("4. **The application.**") :].split("\n5. ", 1)[0]
+    # given the documentation's deploy step and the shipped prod configuration
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    step = deploy[deploy.index("4. **The application.**") :].split("\n5. ", 1)[0]
     named = set(re.findall(r"`([A-Z][A-Za-z]+)`", step)) & set(TEMPLATE["Parameters"])
     config = tomllib.loads((ROOT / "sam" / "samconfig.toml").read_text())
     prod = dict(o.split("=", 1) for o in config["prod"]["deploy"]["parameters"]["parameter_overrides"])
     # then each parameter the step asks for is one the configuration sets (there to be filled or checked)
     assert len(named) >= 10 and named <= set(prod), sorted(named - set(prod))
-    # and the README names only the event schemas that exist
+    # and the documentation names only the event schemas that exist
     schemas = {p.stem.split(".")[0] for p in (ROOT / "eventbridge" / "schemas").glob("*.json")}
-    listed = re.search(r'\("Batch Job Submitted".*?\)', readme, flags=re.S)
+    events = (ROOT / "docs" / "concepts" / "events-and-costs.md").read_text()
+    listed = re.search(r'\("Batch Job Submitted".*?\)', events, flags=re.S)
     assert listed is not None
     assert {n.lower().replace(" ", "-") for n in re.findall(r'"([^"]+)"', listed.group(0))} == schemas

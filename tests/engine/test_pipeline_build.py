@@ -1,7 +1,7 @@
 """The engine pipeline as the job builds it on a small machine: no Ray process or stage it does not need.
 
 On two cores every extra Ray worker process (a Python interpreter importing Ray) and every stage boundary
-(each batch through the object store once more) is CPU taken from the engine (README, "Where the job's
+(each batch through the object store once more) is CPU taken from the engine (bench/README.md, "Where the job's
 time goes"). Building the pipeline starts no engine, so these checks take seconds.
 """
 

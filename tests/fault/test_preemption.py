@@ -285,7 +285,7 @@ def test_nothing_the_job_started_outlives_a_sigkill_of_the_job(job_settings: Set
     assert job.wait_for_failpoint() is not None
     tree = job.tree()
     assert len(tree) > 5  # Ray's processes and workers, and the job's watchdog
-    # (Ray 2.60's core gRPC servers listen on every interface whatever the node address: README "Limitations")
+    # (Ray 2.60's core gRPC servers listen on every interface whatever the node address: docs/limitations.md)
     assert not [c for p in tree for c in _connections(p) if c.status == psutil.CONN_LISTEN and c.laddr.port == 8265]
     # when only the job's own process is killed without notice (an OOM kill, `kill -9 <pid>`)
     job.proc.send_signal(signal.SIGKILL)

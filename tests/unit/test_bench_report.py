@@ -1,4 +1,4 @@
-"""The README's Performance section says no more than the results do."""
+"""The Performance page (docs/performance.md) says no more than the results do."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ class TooManyErrorsError(TransientError):
     """Too many rows of a run failed in the engine or endpoint; nothing was committed."""
 
 
-# Exit statuses of the command lines (icebatch, python -m icebatch_job), documented in the README.
+# Exit statuses of the command lines (icebatch, python -m icebatch_job), documented in docs/operating.md.
 EXIT_OK = 0
 EXIT_FAILED = 1  # the job failed ("Batch Job Failed" was emitted), or an unexpected error
 EXIT_PERMANENT = 2  # bad input or configuration: the message says what to fix

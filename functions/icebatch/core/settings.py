@@ -240,7 +240,8 @@ class KubernetesSettings(Section):
 
 
 # What a GPU worker's processes need in host memory besides /dev/shm: the engine (vLLM, torch, the CUDA
-# context, one safetensors shard at a time while loading), Ray's raylet and the worker (README "Sizing").
+# context, one safetensors shard at a time while loading), Ray's raylet and the worker (docs/deploy.md,
+# "Sizing the GPU worker").
 ENGINE_HOST_MIB = 6 * 1024
 
 
@@ -424,7 +425,7 @@ class ProgressSettings(Section):
         le=1_000_000,
         description="A run commits its results every this many finished rows (with its progress, one Iceberg "
         "commit each): a crash or a spot interruption redoes at most one chunk. Measured cost at the default: "
-        'README "Performance".',
+        "docs/performance.md.",
     )
     chunk_seconds: float = Field(
         default=300,
@@ -450,7 +451,7 @@ class ProgressSettings(Section):
     failpoint: str | None = Field(
         default=None,
         description="Fault injection for tests and chaos drills: `<point>[@<n>]` pauses the job the n-th "
-        'time it reaches the point (README "Chunks, resume and preemption" lists them) so that it can be killed there.',
+        "time it reaches the point (docs/concepts/protocol.md lists them) so that it can be killed there.",
     )
 
     @field_validator("failpoint")
@@ -565,7 +566,7 @@ JOB_SECTIONS = ("top", "catalog", "cluster", "engine", "progress", "cost", "aws"
 
 
 class Settings(BaseModel):
-    """Everything icebatch can be told, by concern. README "Configuration" is generated from the sections."""
+    """Everything icebatch can be told, by concern. docs/reference/settings.md is generated from the sections."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

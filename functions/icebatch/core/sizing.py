@@ -6,7 +6,7 @@ folder or an ``s3://`` prefix): the checkpoint's size from ``model.safetensors.i
 held in GPU memory in the engine's dtype (``ICEBATCH_DTYPE``; ``auto``: 2 bytes a parameter on a GPU, as
 vLLM's own default), split over ``ICEBATCH_TENSOR_PARALLEL_SIZE`` GPUs, and must leave vLLM room for its KV
 cache: at most ``WEIGHTS_SHARE`` of what ``ICEBATCH_GPU_MEMORY_UTILIZATION`` lets it take of the smallest GPU
-among the instance types that can host the worker. README "Sizing the GPU worker" has the arithmetic.
+among the instance types that can host the worker. docs/deploy.md, "Sizing the GPU worker", has the arithmetic.
 """
 
 from __future__ import annotations

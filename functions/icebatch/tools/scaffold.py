@@ -71,7 +71,7 @@ def _q(value: Any) -> str:
 def _consumers(consumer: str, task_path: str, table: str) -> str:
     return f"""\
 # yaml-language-server: $schema={SCHEMAS}/consumers.schema.json
-# The consumers of {table}: each an LLM task with its own results table and watermark (README, "Consumers").
+# The consumers of {table}: each an LLM task with its own results table and watermark (docs/concepts/consumers.md).
 consumers:
   - name: {consumer}
     task: {task_path}

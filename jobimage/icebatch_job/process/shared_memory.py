@@ -14,8 +14,7 @@ engine shutdown, including Ray's end of the stage's actor) never collects it, an
   whole tree), and the job unlinks what is left of them at exit, once its processes are gone
   (``record_shared_memory``, ``unlink_recorded_shared_memory``: ``icebatch_job.process.runtime.own_the_tree``).
 
-A kill of the job's own process (SIGKILL) in that second is the one way left to leave a name (README,
-Limitations).
+A kill of the job's own process (SIGKILL) in that second is the one way left to leave a name (docs/limitations.md).
 """
 
 from __future__ import annotations

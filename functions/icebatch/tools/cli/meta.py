@@ -14,7 +14,7 @@ from icebatch.tools.cli.common import bounded_int, print_json
 
 
 def config_markdown() -> str:
-    """The README's configuration tables, a section each (a test keeps the README equal to this)."""
+    """The settings tables of docs/reference/settings.md, a section each (a test keeps the page equal to this)."""
     out: list[str] = []
     for name, section in SECTIONS.items():
         out += [
@@ -119,5 +119,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p = sub.add_parser("config", help="list every setting, its environment variable and current value")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="one JSON object: variable -> current value")
-    form.add_argument("--markdown", action="store_true", help="the README's tables of settings and defaults")
+    form.add_argument(
+        "--markdown",
+        action="store_true",
+        help="the documentation's tables of settings and defaults (docs/reference/settings.md)",
+    )
     p.set_defaults(handler=cmd_config)
