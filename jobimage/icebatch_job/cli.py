@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 
-from icebatch.core import console
 from icebatch.core.bus import report_printed_by_the_job
 from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANSIENT
@@ -106,10 +105,9 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
     )
     printed = nullcontext() if args.json else report_printed_by_the_job()  # the local reporter: not twice
     with stdout_kept_for_json(args.json), printed:  # Ray forwards the engine's output to this process's stdout
-        result = run_job(settings, request, out=(lambda _text: None) if args.json else console.say,
-                         interrupts=interrupts)  # fmt: skip
+        result = run_job(settings, request, out=(lambda _text: None) if args.json else print, interrupts=interrupts)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str), file=console.out())
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str))
     return STATUS[result.status]
 
 
