@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 
+from icebatch.core import console
 from icebatch.core.bus import report_printed_by_the_job
 from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANSIENT
@@ -105,9 +106,10 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
     )
     printed = nullcontext() if args.json else report_printed_by_the_job()  # the local reporter: not twice
     with stdout_kept_for_json(args.json), printed:  # Ray forwards the engine's output to this process's stdout
-        result = run_job(settings, request, out=(lambda _text: None) if args.json else print, interrupts=interrupts)
+        result = run_job(settings, request, out=(lambda _text: None) if args.json else console.say,
+                         interrupts=interrupts)  # fmt: skip
     if args.json:
-        print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str))
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str), file=console.out())
     return STATUS[result.status]
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from icebatch.core import console
 from icebatch.core.bus import EventPublisher, load_publisher
 from icebatch.core.consumers import Consumer, consumer_named, load_consumers
 from icebatch.core.errors import IcebatchError, TransientError, WatermarkConflictError
@@ -341,8 +342,12 @@ def start(run: JobRun) -> BuiltPipeline:
     )
     # before anything imports torch or transformers: they read their cache locations once, at import
     env = prepare_environment(s, device=engine.device if engine.device != "auto" else "cpu", model=run.model)
+    _say_what_runs(run)
     with driver_imports(usage_stats=usage_stats_on(env)) if engine.engine_mode == "engine" else nullcontext():
+        began = time.monotonic()
         init_ray(s, env)
+        console.phase(f"Ray up ({time.monotonic() - began:.0f} s); the engine starts as rows flow: it loads "
+                      f"{run.model} and warms up, then answers")  # fmt: skip
         if run.interrupts is not None:
             run.interrupts.install()  # again: ray.init sets its own SIGTERM handler (sys.exit)
         built = _build(run, every)
@@ -350,6 +355,13 @@ def start(run: JobRun) -> BuiltPipeline:
             run.interrupts.install()  # and again: Ray Data LLM's processor build calls ray.init once more
     run.model = built.model_name
     return built
+
+
+def _say_what_runs(run: JobRun) -> None:
+    p, work = run.plan, run.work
+    assert p is not None and work is not None
+    console.phase(f"run {p.run_id} for {run.consumer.name}: {work.todo:,} rows of {run.consumer.source_table}, model "
+                  f"{run.model}; starting Ray")  # fmt: skip
 
 
 def _build(run: JobRun, every: int) -> BuiltPipeline:
@@ -379,8 +391,7 @@ def stream(run: JobRun, built: BuiltPipeline) -> None:
     assert committer is not None and p is not None
     todo = committer.range_rows - len(committer.done)
     progress = Progress(todo)
-    progress.note(f"run {p.run_id}: {todo:,} rows, model {run.model} ({run.device}), "
-                  f"chunks of {run.chunk_rows:,}")  # fmt: skip
+    progress.note(f"labelling {todo:,} rows on {run.device}, committed in chunks of {run.chunk_rows:,}")
     run.stage = "inference"
     run.timing.started, run.timing.started_at = time.monotonic(), time.time()
     try:
@@ -392,6 +403,7 @@ def stream(run: JobRun, built: BuiltPipeline) -> None:
                 if not run.timing.first_result_seconds:
                     run.timing.first_result_seconds = time.monotonic() - run.timing.started
                     run.timing.startup_seconds = max(0.0, run.timing.first_result_seconds - batch_engine_seconds(batch))
+                    progress.note(f"engine ready: first answers after {run.timing.first_result_seconds:.0f} s")
                 progress.advance(batch.num_rows)
                 committer.add(batch)
                 watch.waiting()

@@ -1,17 +1,18 @@
-"""Progress of a long run on stderr: a bar on a terminal, a line every few seconds in logs."""
+"""Progress of a long run on the console's stderr: a bar on a terminal, a line every few seconds in logs."""
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import TextIO
+
+from icebatch.core import console
 
 
 class Progress:
     def __init__(self, total: int, *, label: str = "rows", stream: TextIO | None = None, every: float = 10.0) -> None:
         self.total = max(total, 0)
         self.label = label
-        self.stream = stream or sys.stderr
+        self.stream = stream or console.err()
         self.tty = self.stream.isatty()
         self.every = 0.5 if self.tty else every
         self.done = 0

@@ -38,7 +38,7 @@ def test_the_tutorial_takes_a_new_table_to_its_labels_as_written(tmp_path: Path)
     steps = _steps()
     assert [s for kind, s in steps if kind == "icebatch"][:2] == ["icebatch init shop.reviews --consumer sentiment",
                                                                  "icebatch validate"]  # fmt: skip
-    outputs: dict[str, str] = {}
+    outputs: dict[str, subprocess.CompletedProcess[str]] = {}
     # given a new folder, when each step of the page runs in it as typed
     for kind, step in steps:
         if kind == "python":
@@ -49,9 +49,21 @@ def test_the_tutorial_takes_a_new_table_to_its_labels_as_written(tmp_path: Path)
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=project, timeout=900)
         # then each succeeds
         assert done.returncode == 0, f"{step}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        outputs[step.split("  ")[0]] = done.stdout
+        outputs[step.split("  ")[0]] = done
+    # and the job's terminal output is icebatch's own: what it will do, its phases, progress, the report once,
+    # where the full log is; none of Ray's, vLLM's or the handlers' lines, which are in that log
+    job = outputs["icebatch job run --consumer sentiment"]
+    assert [line for line in job.stderr.splitlines() if not line.startswith("[icebatch] ")] == [], job.stderr
+    for phase in ("the full log (Ray, vLLM, icebatch's records): ", "run sentiment-", ": 3 rows of shop.reviews",
+                  "starting Ray", "] Ray up (", "engine ready: first answers after", "labelling 3 rows on cpu",
+                  "3/3 rows 100.0%"):  # fmt: skip
+        assert job.stderr.count(phase) == 1, (phase, job.stderr)
+    assert job.stdout.count("BATCH SUMMARY") == 1 and job.stdout.count("[report] ") == 1, job.stdout
+    assert "INFO" not in job.stdout and "WARNING" not in job.stdout, job.stdout
+    log = Path(job.stderr.split("the full log (Ray, vLLM, icebatch's records): ", 1)[1].split(";", 1)[0])
+    assert log.is_relative_to(project / ".icebatch") and "ledger commit" in log.read_text()
     # and the labels are there: one verdict per review, the run listed with its cost, the page written
-    results = outputs["icebatch results --consumer sentiment"]
+    results = outputs["icebatch results --consumer sentiment"].stdout
     assert all(review in results for review in ("r1", "r2", "r3")), results
     assert (project / "costs.html").is_file()
     again = subprocess.run([sys.executable, "-m", "icebatch.tools.cli", "runs", "--json"], capture_output=True,

@@ -46,7 +46,8 @@ def test_icebatch_job_run_that_stalls_exits_3_as_the_rayjob_entrypoint_does(
     out, err = capsys.readouterr()
     # then the status is 3 (retry later), as `python -m icebatch_job run` says, not 130 (interrupted by a person)
     assert status == 3
-    assert err == f"icebatch: {STALLED}\n"
+    *said, last = err.splitlines()  # before it: where the run's full log is
+    assert last == f"icebatch: {STALLED}" and all(line.startswith("[icebatch] the full log") for line in said), err
     if as_json:
         assert json.loads(out) == {"error": {"exit_status": 3, "type": "JobStalled", "message": STALLED}}
     else:

@@ -184,3 +184,19 @@ def test_a_cpu_runs_cost_is_labelled_as_the_gpu_equivalent_it_is() -> None:
     assert "GPU-equivalent" not in completed_text(gpu) and "GPU-equivalent" not in subject(gpu)
     assert f"{'priced as':<22}: the GPU-equivalent: this run ran on CPU" in completed_text(cpu)
     assert subject(cpu) == subject(gpu).replace(" (10 not ok)", " GPU-equivalent (10 not ok)") != subject(gpu)
+
+
+@pytest.mark.parametrize(("backend", "tail"), [("local", 0), ("kuberay", 300 + 60)])
+def test_a_failed_attempts_cost_bills_its_nodes_idle_tail_on_kuberay_as_runs_do(backend: str, tail: int) -> None:
+    from icebatch.core.settings import Settings
+    from icebatch.tools.runs import _attempt_cost
+
+    # given a failed attempt of 60 s whose event recorded no rate (the deployment's applies), on each backend
+    settings = Settings(backend=backend, job_ttl_seconds=300, karpenter_consolidate_seconds=60)
+    attempt = BatchJobFailed(
+        consumer="triage", source_table="support.tickets", reason="OOM", error_type="E", stage="inference",
+        retryable=True, failed_at=datetime.now(UTC), job_seconds=60.0,
+    )  # fmt: skip
+    # when its own cost is figured, then it is its lifetime plus, on kuberay, the node's TTL and consolidation
+    rate = settings.billing().usd_per_hour
+    assert _attempt_cost(attempt, settings) == pytest.approx(rate * (60 + tail) / 3600)

@@ -12,6 +12,8 @@ import os
 import sys
 from collections.abc import Iterator
 
+from icebatch.core import console
+
 
 @contextlib.contextmanager
 def stdout_kept_for_json(enabled: bool) -> Iterator[None]:
@@ -19,6 +21,23 @@ def stdout_kept_for_json(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
+    with _console_kept_for_json(), _descriptor_1_to_stderr():
+        yield
+
+
+@contextlib.contextmanager
+def _console_kept_for_json() -> Iterator[None]:
+    """The console's report lines (``icebatch.core.console.say``) go to its stderr too."""
+    previous = console.current()
+    console.redirect((console.err(), console.err()))
+    try:
+        yield
+    finally:
+        console.redirect(previous)
+
+
+@contextlib.contextmanager
+def _descriptor_1_to_stderr() -> Iterator[None]:
     sys.stdout.flush()
     try:
         saved = os.dup(1)

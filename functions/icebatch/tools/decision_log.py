@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from icebatch.core.settings import ensure_folder
+from icebatch.tools.jsonl import records
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +54,10 @@ def backlog_points(home: Path, consumers: Iterable[str], since: datetime) -> lis
 
 
 def _points(path: Path) -> Iterator[BacklogPoint]:
-    if not path.is_file():
-        return
-    with path.open() as f:
-        for number, line in enumerate(f, 1):
-            try:
-                d = json.loads(line)
-                at = datetime.fromisoformat(d["decided_at"])
-                if at.tzinfo is None:
-                    raise ValueError("decided_at has no time zone")
-                yield BacklogPoint(str(d["consumer"]), at, int(d["backlog_rows"]), int(d["threshold"]),
-                                   str(d["decision"]))  # fmt: skip
-            except (ValueError, KeyError, TypeError) as e:
-                log.warning("%s line %d: not a decision icebatch reads (%s); skipped", path, number, type(e).__name__)
+    def point(d: Any) -> BacklogPoint:
+        at = datetime.fromisoformat(d["decided_at"])
+        if at.tzinfo is None:
+            raise ValueError("decided_at has no time zone")
+        return BacklogPoint(str(d["consumer"]), at, int(d["backlog_rows"]), int(d["threshold"]), str(d["decision"]))
+
+    return records(path, point, "a decision")

@@ -120,6 +120,8 @@ class LocalBackend(JobBackend):
     def _run_inprocess(self, spec: JobSpec, path: Path, record: dict[str, Any]) -> Submission:
         from icebatch_job.job import JobRequest, run_job
 
+        from icebatch.tools.run_log import to_run_log
+
         settings = self.settings.with_overrides(concurrency=spec.gpus, job_consumer=spec.consumer.to_json())
         request = JobRequest(
             run_id=spec.run_id,
@@ -140,7 +142,8 @@ class LocalBackend(JobBackend):
         interrupts = _interrupts(settings)
         _import_ray_untagged()
         try:
-            result = run_job(settings, request, out=job_log, interrupts=interrupts)
+            with to_run_log(log_path):  # Ray's, vLLM's and the reporter's records: the console file, as a pod's log
+                result = run_job(settings, request, out=job_log, interrupts=interrupts)
         except BaseException as e:
             message = one_line(str(e), 500)
             record.update(status="FAILED", reason=type(e).__name__, message=message, end_time=_now())

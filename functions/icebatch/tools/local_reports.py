@@ -24,6 +24,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
 from icebatch.control.reporter import CostReport, Notifier
+from icebatch.core import console
 from icebatch.core.bus import JOB_PRINTED_ITS_REPORT
 from icebatch.core.errors import PermanentError
 from icebatch.core.settings import Settings
@@ -33,7 +34,7 @@ from icebatch.core.untrusted import summarize
 class FileNotifier(Notifier):
     """The embedded default: print the report and keep it under ``reports/``."""
 
-    def __init__(self, folder: Path, out: Callable[[str], None] = print) -> None:
+    def __init__(self, folder: Path, out: Callable[[str], None] = console.say) -> None:
         self.folder = folder
         self.out = out
 

@@ -17,7 +17,6 @@ figure up to its last commit).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -26,13 +25,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from icebatch.core.consumers import Consumer
 from icebatch.core.estimate import run_cost
 from icebatch.core.events import BatchJobFailed
 from icebatch.core.ledger import Key, ResultsLedger, RunRecord
 from icebatch.core.settings import Settings
+from icebatch.tools.jsonl import records
 
 log = logging.getLogger(__name__)
 
@@ -125,23 +123,21 @@ def failed_attempts(events: Path, consumers: Iterable[str], settings: Settings) 
 
 
 def _attempt_cost(detail: BatchJobFailed, settings: Settings) -> float:
-    """What the attempt's own lifetime cost (its event's cost is the run's so far, earlier attempts included)."""
+    """What the attempt's own lifetime cost (its event's cost is the run's so far, earlier attempts included),
+    with its node's idle tail on kuberay, as ``run_cost`` bills each attempt of a run."""
     rate = detail.cost.hourly_rate * max(1, detail.cost.gpus) if detail.cost else settings.billing().usd_per_hour
-    return rate * (detail.job_seconds or 0.0) / 3600
+    c = settings.cluster
+    tail = c.job_ttl_seconds + c.karpenter_consolidate_seconds if settings.top.backend == "kuberay" else 0
+    return rate * ((detail.job_seconds or 0.0) + tail) / 3600
 
 
 def _failures(events: Path) -> Iterator[BatchJobFailed]:
-    if not events.is_file():
-        return
-    with events.open() as f:
-        for number, line in enumerate(f, 1):
-            try:
-                event = json.loads(line)
-                if event.get("detail-type") != BatchJobFailed.detail_type:
-                    continue
-                yield BatchJobFailed.model_validate(event["detail"])
-            except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as e:
-                log.warning("%s line %d: not an event icebatch reads (%s); skipped", events, number, type(e).__name__)
+    def failure(event: Any) -> BatchJobFailed | None:
+        if event.get("detail-type") != BatchJobFailed.detail_type:
+            return None
+        return BatchJobFailed.model_validate(event["detail"])
+
+    return records(events, failure, "an event")
 
 
 def history(settings: Settings, consumers: list[Consumer], ledgers: dict[str, ResultsLedger]) -> list[RunRow]:

@@ -8,9 +8,19 @@ from icebatch.core.settings import Settings
 
 
 def cmd_job_run(args: argparse.Namespace, settings: Settings) -> int:
+    """The job, here. Its terminal output is icebatch's own (what it will do, its phases, progress, the report);
+    Ray's, vLLM's and the handlers' records go to the run's log under the home (``-v``: to the terminal too)."""
     from icebatch_job.cli import run_command
 
-    return run_command(args, settings)  # with --json, only the summary reaches stdout
+    from icebatch.core import console
+    from icebatch.tools.run_log import run_log_path, to_run_log
+
+    if getattr(args, "verbose", False):
+        return run_command(args, settings)  # everything live; with --json, only the summary reaches stdout
+    path = run_log_path(settings, "job-run")
+    console.phase(f"the full log (Ray, vLLM, icebatch's records): {path}; -v shows it here")
+    with to_run_log(path):
+        return run_command(args, settings)
 
 
 def cmd_model_tiny(args: argparse.Namespace, settings: Settings) -> int:
