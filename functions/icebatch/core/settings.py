@@ -188,7 +188,8 @@ class LaunchSettings(Section):
     ray_address: str | None = Field(
         default=None,
         description="Ray dashboard address for `ray-jobs` mode (e.g. `http://127.0.0.1:8265`). "
-        "Default: start a local head bound to 127.0.0.1.",
+        "Default: the home's own head, started on demand on free ports of 127.0.0.1 "
+        "(its address in `$ICEBATCH_HOME/ray-head.json`).",
     )
     rows_per_gpu_hour: int = Field(
         default=120_000,

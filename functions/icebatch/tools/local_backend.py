@@ -5,8 +5,8 @@ AlreadyExists). ``ICEBATCH_LOCAL_MODE`` chooses how the job runs:
 
 - ``inprocess`` (default, the demo): ``icebatch_job.job.run_job`` in the launcher's own process; the
   launch returns when the job has finished.
-- ``ray-jobs``: submitted to a Ray cluster through Ray's job submission API (``ICEBATCH_RAY_ADDRESS``),
-  with the job's name as submission id; the launch returns at once.
+- ``ray-jobs``: submitted to a Ray cluster through Ray's job submission API (``ICEBATCH_RAY_ADDRESS``, or the
+  home's own head, started on demand), with the job's name as submission id; the launch returns at once.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RAY_ADDRESS = "http://127.0.0.1:8265"
+HEAD_RECORD = "ray-head.json"  # under the home: where the home's own Ray head listens
 SUBMIT_PATIENCE_SECONDS = 120
 
 _RAY_STATUS = {  # Ray job status -> (jobDeploymentStatus, jobStatus), as KubeRay reports them
@@ -50,6 +50,7 @@ class LocalBackend(JobBackend):
         self.settings = settings
         self.dir = settings.home / "jobs"
         self._ray_client = ray_client
+        self._address = settings.launch.ray_address
 
     # --------------------------------------------------------------------------------------------
     def list_jobs(self, deployment: str) -> list[JobState]:
@@ -164,22 +165,30 @@ class LocalBackend(JobBackend):
         return Submission(spec.name, created=True, detail=f"ran in-process: {result.status}")
 
     def _ray_address(self) -> str:
-        return self.settings.launch.ray_address or DEFAULT_RAY_ADDRESS
+        return self._address or self.settings.launch.ray_address or own_head(self.settings) or "(no Ray head)"
 
     def _client(self, *, start_head: bool = True) -> Any:
-        """Ray's job client; with no cluster and no address configured, a local head is started (if asked)."""
+        """Ray's job client: for ``ICEBATCH_RAY_ADDRESS``, or else for the home's own head, started if asked.
+
+        Never whatever answers on Ray's default port: a notebook's Ray, another home's head or a test's would
+        run the job with its own environment (its catalog, its settings)."""
         if self._ray_client is None:
             try:
                 from ray.job_submission import JobSubmissionClient
             except ImportError as e:
                 raise ConfigError("local_mode=ray-jobs needs Ray with its job API (`icebatch[cpu]`)") from e
+            configured = self.settings.launch.ray_address
+            address = configured or own_head(self.settings)
             try:
-                self._ray_client = JobSubmissionClient(self._ray_address())
+                if address is None:
+                    raise ConnectionError("this home has no Ray head yet")
+                self._ray_client = JobSubmissionClient(address)
             except ConnectionError as e:
-                if self.settings.launch.ray_address or not start_head:
-                    raise ClusterUnavailableError(f"no Ray cluster at {self.settings.launch.ray_address}") from e
-                start_local_head(self.settings)
-                self._ray_client = JobSubmissionClient(self._ray_address())
+                if configured or not start_head:
+                    raise ClusterUnavailableError(f"no Ray cluster at {address or 'this home'}") from e
+                address = start_local_head(self.settings)
+                self._ray_client = JobSubmissionClient(address)
+            self._address = address
         return self._ray_client
 
     def _submit_ray(self, spec: JobSpec, record: dict[str, Any]) -> None:
@@ -267,30 +276,41 @@ def _interrupts(settings: Settings) -> Interrupts | None:
     return interrupts
 
 
-def start_local_head(settings: Settings) -> None:
-    """Start a Ray head on 127.0.0.1 (dashboard and job API on :8265); it outlives this process.
+def own_head(settings: Settings) -> str | None:
+    """The job API address of the head this home started (``$ICEBATCH_HOME/ray-head.json``), if any."""
+    try:
+        return str(json.loads((settings.home / HEAD_RECORD).read_text())["address"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
-    Stop it with `ray stop`. Its temp dir, logs and caches live under ICEBATCH_HOME like the job's.
+
+def start_local_head(settings: Settings) -> str:
+    """Start this home's Ray head on 127.0.0.1, every port free-picked; return its job API address (also
+    recorded in ``$ICEBATCH_HOME/ray-head.json``). It outlives this process: stop it with `ray stop`.
+
+    Its temp dir, logs and caches live under ICEBATCH_HOME like the job's. It carries no ``ICEBATCH_*`` variable
+    of the shell that started it: a job's settings are exactly those it is submitted with.
     """
     import subprocess
     import sys
 
     from icebatch_job.process.runtime import job_environment, ray_temp_dir
 
-    env = {**os.environ, **job_environment(settings, device="cpu"), "RAY_AUTH_MODE": "disabled"}
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
+    env = {**inherited, **job_environment(settings, device="cpu"), "RAY_AUTH_MODE": "disabled"}
     bindir = os.path.dirname(sys.executable)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    # Ports other than the dashboard's are picked free: another Ray instance on this machine (a notebook,
-    # a test process) holds the defaults (GCS 6379, dashboard agent 52365), and an agent that cannot bind
-    # leaves the head unable to accept jobs.
+    # Every port is picked free: another Ray on this machine (a notebook, a test process, another home's head)
+    # holds the defaults (dashboard 8265, GCS 6379, dashboard agent 52365), and an agent that cannot bind leaves
+    # the head unable to accept jobs.
     ports = {
         name: _free_port()
-        for name in ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
-                     "runtime-env-agent-port", "ray-client-server-port")
+        for name in ("port", "dashboard-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                     "metrics-export-port", "runtime-env-agent-port", "ray-client-server-port")
     }  # fmt: skip
     cmd = [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
-        "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--dashboard-port=8265",
+        "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
         *(f"--{name}={port}" for name, port in ports.items()),
         f"--temp-dir={ray_temp_dir(settings)}", f"--num-cpus={max(4, 2 * (os.cpu_count() or 2))}",
         "--disable-usage-stats",
@@ -299,6 +319,9 @@ def start_local_head(settings: Settings) -> None:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         raise ClusterUnavailableError(f"could not start a local Ray head: {done.stderr.strip()[-500:]}")
+    address = f"http://127.0.0.1:{ports['dashboard-port']}"
+    _write(settings.home / HEAD_RECORD, {"address": address, "started": _now(), "temp_dir": ray_temp_dir(settings)})
+    return address
 
 
 def _free_port() -> int:
