@@ -245,6 +245,8 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
         assert report["cost"]["instance_type"] == "g6.xlarge" and report["cost"]["hourly_rate"] == 0.8048
         assert report["cost"]["rate_source"] == "g6.xlarge on-demand (us-east-1)"
         assert message["Subject"].startswith(f"icebatch {consumer}: {ROWS} tickets, $")
+        # the reporter read the consumer's ledger on Glue, with its role as deployed: this run was its first
+        assert report["last_runs"] == [], report.get("last_runs")
 
     # and the nightly schedule, as deployed, finds nothing new once the jobs are done
     for x in decisions.values():

@@ -399,3 +399,42 @@ def test_the_reporter_logs_as_on_aws_in_a_process_that_imported_ray(tmp_path: Pa
     records = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     assert [r for r in records if r.get("message") == "cost report"], done.stderr[-2000:]
     assert not [r for r in records if "_ray_timestamp_ns" in r], records
+
+
+def test_a_report_sets_its_run_beside_the_consumers_last_runs_from_its_ledger(
+    settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from icebatch.core.events import envelope
+
+    # given a consumer with two runs in its ledger (5 rows, then 7), on the SQL catalog
+    ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+    ledger = open_ledger(settings, triage(settings))
+    done = []
+    for n, seed in ((5, 1), (7, 2)):
+        append_tickets(ledger.source(), generate_tickets(n, random.Random(seed)))
+        executed = run_once(ledger)
+        assert executed is not None
+        done.append(executed.plan.run_id)
+    base = BatchJobCompleted.model_validate(example("batch-job-completed.json")["detail"])
+
+    def report(s: Settings, run_id: str) -> tuple[str, dict[str, Any]]:
+        detail = base.model_copy(update={"deployment": s.top.deployment, "run_id": run_id})
+        assert invoke("reporter", envelope(detail, event_id=str(uuid.uuid4()), time=datetime.now(UTC)), s)[
+            "status"] == "reported"  # fmt: skip
+        stem = s.reports_dir / f"{run_id}.completed"
+        return Path(f"{stem}.txt").read_text(), json.loads(Path(f"{stem}.json").read_text())
+
+    # when a third run is reported
+    text, data = report(settings, "triage-20261205T000000-aaaaaa")
+    # then its report lists the two before it, newest first, and sets its $ per 1k rows beside their median
+    assert [r["run_id"] for r in data["last_runs"]] == done[::-1]
+    assert [r["rows"] for r in data["last_runs"]] == [7, 5] and all(r["cost_usd"] > 0 for r in data["last_runs"])
+    block = text.split("==== LAST RUNS ", 1)[1].splitlines()
+    assert "7 tickets" in block[1] and "5 tickets" in block[2] and "the last 2 runs' median $" in block[3], block
+    # and a deployment that leaves them out gets no block; one whose ledger cannot be read gets its report anyway
+    off, _ = report(settings.with_overrides(report_last_runs=0), "triage-20261205T000000-bbbbbb")
+    assert "LAST RUNS" not in off and "TOKENOMICS" in off
+    other = consumers_file(tmp_path / "other", {"name": "privacy", "task": "privacy"})
+    unread, unread_data = report(settings.with_overrides(consumers_file=other), "triage-20261205T000000-cccccc")
+    assert "LAST RUNS" not in unread and "last_runs" not in unread_data
+    assert any("were not read for its report" in r.getMessage() for r in caplog.records)

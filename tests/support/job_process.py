@@ -87,7 +87,10 @@ class JobProcess:
         return code
 
     def output(self) -> str:
-        return self.log.read_text()
+        """The process's stderr, then the consoles of the jobs it ran in-process (``icebatch launch``: Ray's, vLLM's
+        and the job's records go there, as to a pod's log)."""
+        consoles = sorted((self.home / "jobs").glob("*.log")) if (self.home / "jobs").is_dir() else []
+        return self.log.read_text() + "".join(f"\n--- {c.name}\n{c.read_text()}" for c in consoles)
 
     def result(self) -> dict[str, Any]:
         """The one JSON document a ``--json`` run prints on stdout."""

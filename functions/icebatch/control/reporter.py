@@ -13,7 +13,7 @@ import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.aws_clients import aws_client, unreachable
@@ -25,6 +25,7 @@ from icebatch.core.report import completed_text, failed_text, subject
 from icebatch.core.untrusted import summarize, validation_summary
 
 if TYPE_CHECKING:
+    from icebatch.core.last_runs import PastRun
     from icebatch.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,27 @@ class CostReport:
 
 
 def build_report(
-    detail: BatchJobCompleted | BatchJobFailed, *, event_id: str, prices: tuple[BatchPrice, ...] = ()
+    detail: BatchJobCompleted | BatchJobFailed,
+    *,
+    event_id: str,
+    prices: tuple[BatchPrice, ...] = (),
+    last_runs: list[PastRun] | None = None,
 ) -> CostReport:
-    """The report of an event; ``prices``: batch APIs its tokens are priced at beside the GPU's cost."""
+    """The report of an event; ``prices``: batch APIs its tokens are priced at beside the GPU's cost; ``last_runs``:
+    the consumer's runs before this one, to set it beside them (None: not read)."""
+    report = _report(detail, event_id=event_id, prices=prices)
+    if last_runs is None:
+        return report
+    from icebatch.core.last_runs import last_runs_text
+
+    per_1k = detail.cost.usd_per_1k_rows if isinstance(detail, BatchJobCompleted) else None
+    noun = detail.row_noun if isinstance(detail, BatchJobCompleted) else "rows"
+    block = last_runs_text(last_runs, this_usd_per_1k_rows=per_1k, noun=noun)
+    data = {**report.data, "last_runs": [r.to_dict() for r in last_runs]}
+    return replace(report, text=f"{report.text}\n{block}", data=data)
+
+
+def _report(detail: BatchJobCompleted | BatchJobFailed, *, event_id: str, prices: tuple[BatchPrice, ...]) -> CostReport:
     data = {"detail_type": detail.detail_type, "event_id": event_id, **detail.model_dump(mode="json")}
     if isinstance(detail, BatchJobCompleted):
         cost = detail.cost.lifetime_cost
@@ -208,7 +227,9 @@ def report_with(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]
     notifier = load_notifier(settings)
 
     def report(event: dict[str, Any]) -> dict[str, Any]:
-        built = build_report(parse_detail(event), event_id=event["id"], prices=settings.cost.batch_prices())
+        detail = parse_detail(event)
+        built = build_report(detail, event_id=event["id"], prices=settings.cost.batch_prices(),
+                             last_runs=read_last_runs(settings, detail))  # fmt: skip
         return {
             "status": "reported",
             "run": built.key,
@@ -219,3 +240,22 @@ def report_with(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]
         }
 
     return report
+
+
+def read_last_runs(settings: Settings, detail: BatchJobCompleted | BatchJobFailed) -> list[PastRun] | None:
+    """The consumer's runs before this one, from its ledger (the results table's metadata); None when the
+    settings leave them out or they cannot be read (the report goes without them, and the log says why)."""
+    limit = settings.cost.report_last_runs
+    if limit == 0:
+        return None
+    try:
+        from icebatch.core.consumers import consumer_named, load_consumers
+        from icebatch.core.last_runs import past_runs
+        from icebatch.core.ledger import open_ledger
+
+        consumer = consumer_named(load_consumers(settings), detail.consumer)
+        records = open_ledger(settings, consumer, control_plane=True).runs()
+    except Exception as e:  # a report without its history beats no report: never fatal, never retried for it
+        log.warning("the last runs of %s were not read for its report: %s", detail.consumer, summarize(repr(e), 300))
+        return None
+    return past_runs(records, settings, this_run=detail.run_id or "", limit=limit)

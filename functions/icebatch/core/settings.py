@@ -484,6 +484,15 @@ class CostSettings(Section):
         f"batch list prices of {BATCH_PRICES_AS_OF} (OpenAI, Anthropic, Bedrock batch: 50% of list).",
     )
 
+    report_last_runs: int = Field(
+        default=5,
+        ge=0,
+        le=50,
+        description="Each report lists the consumer's last runs before this one (when, rows, cost, $ per 1k rows) "
+        "from its ledger, to set this run beside them; 0 leaves them out. The reporter reads the results table's "
+        "metadata for it (its role may: template.yaml); when it cannot, the report goes without them.",
+    )
+
     @field_validator("batch_api_prices")
     @classmethod
     def _prices(cls, value: str) -> str:

@@ -9,6 +9,7 @@ for Ray's ``runtime_env`` so that workers see them too.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -105,11 +106,20 @@ def ray_temp_dir(settings: Settings) -> str:
     if len(str(real)) <= 40:
         return str(real)
     link = Path("/tmp") / f"icebatch-ray-{hashlib.sha1(str(real).encode()).hexdigest()[:10]}"
+    _remove_dangling_links(Path("/tmp"))
     if not link.is_symlink() or link.resolve() != real:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(real, target_is_directory=True)
     return str(link)
+
+
+def _remove_dangling_links(folder: Path) -> None:
+    """The links of homes that are gone (a removed project, a test's temporary home): nothing else cleans them."""
+    for old in folder.glob("icebatch-ray-*"):
+        with contextlib.suppress(OSError):  # another job's cleanup may have come first
+            if old.is_symlink() and not old.exists():
+                old.unlink()
 
 
 def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = None) -> None:
