@@ -48,7 +48,17 @@ def _documented_commands() -> list[tuple[str, str]]:
 
 def test_the_documents_show_commands() -> None:
     where = {doc for doc, _ in _documented_commands()}
-    assert {"README.md", "docs/tutorial.md", "docs/operating.md"} <= where
+    assert where == {"README.md", "docs/tutorial.md", "docs/operating.md"}, (
+        "a page's commands need a test that runs them"
+    )
+
+
+def test_the_readmes_commands_are_the_tutorials_which_run_in_a_test() -> None:
+    # tests/e2e/test_tutorial.py runs the tutorial's; tests/functional/test_operating_commands.py the operating page's
+    commands = _documented_commands()
+    readme = {" ".join(shlex.split(line)) for doc, line in commands if doc == "README.md"}
+    tutorial = {" ".join(shlex.split(line)) for doc, line in commands if doc == "docs/tutorial.md"}
+    assert readme <= tutorial, readme - tutorial
 
 
 @pytest.mark.parametrize(("doc", "line"), _documented_commands())

@@ -52,13 +52,24 @@ def label(ticket: dict) -> dict:
     }
 
 
+def answer(task: TaskSpec, row: dict) -> dict:
+    """The rule-based verdict: the example's triage rules for its task, or else a schema-valid answer of any task
+    (an enum's first value, the first input column's text, zero, false)."""
+    properties = task.output_schema["properties"]
+    if set(properties) == set(TASK.output_schema["properties"]):
+        return label(row)
+    text = str(row.get(task.input_columns[0]) or "")[:120]
+    simple = {"string": text, "integer": 0, "number": 0.0, "boolean": False}
+    return {name: p["enum"][0] if "enum" in p else simple[p["type"]] for name, p in properties.items()}
+
+
 def labelled(plan: RunPlan, batches: Iterable[pa.Table], task: TaskSpec = TASK) -> Iterator[pa.Table]:
     schema = results_arrow_schema(task)
     now = datetime.now(UTC)
     for batch in batches:
         rows = [
             result_row(
-                source_id=t["ticket_id"],
+                source_id=t[task.id_column],
                 source_file=t[SOURCE_FILE],
                 source_pos=t[SOURCE_POS],
                 source_hash=t[SOURCE_HASH],
@@ -66,8 +77,8 @@ def labelled(plan: RunPlan, batches: Iterable[pa.Table], task: TaskSpec = TASK) 
                 task=task,
                 processed_at=now,
                 model="rules",
-                raw_output=json.dumps(label(t)),
-                num_input_tokens=len(t.get("body") or "") // 4,
+                raw_output=json.dumps(answer(task, t)),
+                num_input_tokens=len(str(t.get(task.truncate_column or task.input_columns[-1]) or "")) // 4,
                 num_generated_tokens=24,
                 llm_seconds=0.0,
             )

@@ -121,6 +121,7 @@ class LocalBackend(JobBackend):
     def _run_inprocess(self, spec: JobSpec, path: Path, record: dict[str, Any]) -> Submission:
         from icebatch_job.job import JobRequest, run_job
 
+        from icebatch.core import console
         from icebatch.tools.run_log import to_run_log
 
         settings = self.settings.with_overrides(concurrency=spec.gpus, job_consumer=spec.consumer.to_json())
@@ -138,8 +139,8 @@ class LocalBackend(JobBackend):
                 f.write(text + "\n")
 
         # the decision is printed when the launcher returns, after the job: say now what runs, and where it writes
-        print(f"[icebatch] {spec.consumer.name}: job {spec.name} runs here now ({spec.backlog_rows:,} rows, attempt "
-              f"{spec.attempt}); its console: {log_path}", file=sys.stderr, flush=True)  # fmt: skip
+        console.phase(f"{spec.consumer.name}: job {spec.name} runs here now ({spec.backlog_rows:,} rows, attempt "
+                      f"{spec.attempt}); its console: {log_path}")  # fmt: skip
         interrupts = _interrupts(settings)
         _import_ray_untagged()
         try:
@@ -292,7 +293,6 @@ def start_local_head(settings: Settings) -> str:
     of the shell that started it: a job's settings are exactly those it is submitted with.
     """
     import subprocess
-    import sys
 
     from icebatch_job.process.runtime import job_environment, ray_temp_dir
 
