@@ -32,6 +32,7 @@ from icebatch_job.example.tickets import append_tickets, ensure_source_table, ge
 from pyiceberg.expressions import EqualTo
 
 from tests.support.consumers import triage
+from tests.support.crafted_history import expire_as_iceberg_java
 from tests.support.runs import expire_all_but_current, ledger_ids, run_once, source_ids
 
 pytestmark = pytest.mark.functional
@@ -483,6 +484,68 @@ def test_rolled_back_history_is_a_clear_error(settings: Settings) -> None:
     # the documented fix works
     ledger.reset(first, reason="source rolled back")
     assert ledger.backlog().rows == 0
+
+
+def _expire(ledger: ResultsLedger, *snapshot_ids: int, java: bool = False) -> None:
+    """These snapshots expired, whatever their place in the history: by pyiceberg, or as Iceberg Java leaves it."""
+    if java:
+        expire_as_iceberg_java(ledger.source(), list(snapshot_ids))
+    else:
+        ledger.source().maintenance.expire_snapshots().by_ids(list(snapshot_ids)).commit()
+
+
+@pytest.mark.parametrize("java", [False, True], ids=["pyiceberg", "iceberg-java"])
+def test_a_snapshot_after_the_watermark_expired_out_of_order_loses_no_row(settings: Settings, java: bool) -> None:
+    # given a labelled append (the watermark), two more appends, and the first of those expired alone (Spark's
+    # expire_snapshots given its id): the history of now is cut short of the watermark, still in the metadata
+    ledger = _ledger(settings)
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    middle = _append(ledger, 3, seed=2)
+    _append(ledger, 2, seed=3)
+    _expire(ledger, middle, java=java)
+    # when the backlog is computed and a run goes
+    backlog = ledger.backlog()
+    run = run_once(ledger)
+    # then the rows of both appends are new (read matched by content), and every row is labelled exactly once
+    assert backlog.gap and backlog.rows == 5
+    assert run is not None and run.stats.rows == 5
+    assert ledger.backlog().rows == 0
+    _assert_exactly_once(ledger)
+
+
+def test_a_rollback_past_the_watermark_is_an_error_when_an_older_snapshot_was_expired_too(settings: Settings) -> None:
+    # given a labelled append (the watermark), the source rolled back to before it, one append since, and the
+    # snapshot it was rolled back to expired: the history is cut, and cut too close to the watermark to hold it
+    ledger = _ledger(settings)
+    first = _append(ledger, 4, seed=1)
+    _append(ledger, 4, seed=2)
+    run_once(ledger)
+    ledger.source().manage_snapshots().rollback_to_snapshot(first).commit()
+    _append(ledger, 2, seed=3)
+    _expire(ledger, first)
+    # then it is still the rollback error, with its fix
+    with pytest.raises(WatermarkError, match=r"rolled back past it.*icebatch ledger reset"):
+        ledger.backlog()
+
+
+def test_a_rollback_past_the_watermark_then_expired_out_of_order_is_read_by_content(settings: Settings) -> None:
+    # given a labelled append (the watermark), the source rolled back to before it, two appends since, and the
+    # snapshot rolled back to and the first append since expired: the history cannot say whether the watermark is
+    # an ancestor
+    ledger = _ledger(settings)
+    first = _append(ledger, 4, seed=1)
+    _append(ledger, 4, seed=2)
+    run_once(ledger)
+    ledger.source().manage_snapshots().rollback_to_snapshot(first).commit()
+    after = _append(ledger, 3, seed=3)
+    _append(ledger, 2, seed=4)
+    _expire(ledger, first, after, java=True)
+    # when a run goes
+    run = run_once(ledger)
+    # then what is live is labelled exactly once: the appends since labelled, the rolled back rows' verdicts removed
+    assert run is not None
+    _assert_exactly_once(ledger)
 
 
 def _results_expired_past_the_last_run(ledger: ResultsLedger) -> int:

@@ -2,7 +2,8 @@
 
 A Hypothesis ``RuleBasedStateMachine`` appends, deletes (copy-on-write as pyiceberg writes them, and
 merge-on-read position deletes as Spark writes them), overwrites with the same rows, upserts changed rows,
-truncates, compacts (a ``replace`` as Spark's ``rewrite_data_files`` leaves it) and expires the source's history,
+truncates, compacts (a ``replace`` as Spark's ``rewrite_data_files`` leaves it) and expires the source's history
+(all of it but the current snapshot, or chosen snapshots anywhere in it, as pyiceberg or Iceberg Java leaves them),
 deleting the files no snapshot lists any more (under a run part way through too: its range's end is then gone),
 and runs the consumer the way the job does (``tests.support.runs``: its planning, reading, chunked commits,
 content identity; a rule-based labeller stands in for the model, which is not what this is about), killed
@@ -44,6 +45,7 @@ from tests.support.consumers import triage
 from tests.support.crafted_history import (
     add_position_deletes,
     compact,
+    expire_as_iceberg_java,
     positions_of,
     remove_orphan_files,
     upsert_with_equality_deletes,
@@ -153,6 +155,24 @@ class Lifecycle(RuleBasedStateMachine):
     def expire_history(self) -> None:
         expire_all_but_current(self.ledger.source())
         remove_orphan_files(self.ledger.source())  # as Spark's expire_snapshots leaves the bucket
+
+    @precondition(_expirable)
+    @rule(data=st.data(), java=st.booleans())
+    def expire_out_of_order(self, data: st.DataObject, java: bool) -> None:
+        """Spark's ``expire_snapshots(snapshot_ids => ...)``: some snapshots but the current one, wherever they are in
+        the history (the watermark's, one after it, one before), as pyiceberg or Iceberg Java leaves the metadata."""
+        source = self.ledger.source()
+        current = source.metadata.current_snapshot_id
+        others = sorted(s.snapshot_id for s in source.metadata.snapshots if s.snapshot_id != current)
+        watermark = self.ledger.watermark().source_snapshot_id
+        after = [s for s in others if source.metadata.snapshot_by_id(s).parent_snapshot_id == watermark]
+        anywhere = st.lists(st.sampled_from(others), min_size=1, unique=True)
+        chosen = data.draw(st.one_of(st.just(after), anywhere) if after else anywhere)  # the one after it: a cut
+        if java:
+            expire_as_iceberg_java(source, chosen)
+        else:
+            source.maintenance.expire_snapshots().by_ids(chosen).commit()
+        remove_orphan_files(self.ledger.source())
 
     def _compactable(self) -> bool:  # the crafted compaction rewrites data files only
         source = self.ledger.source()

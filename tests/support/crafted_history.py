@@ -62,7 +62,6 @@ def add_empty_appends(
 def _commit_history(table: Table, snapshots: list[Snapshot]) -> None:
     """The table's metadata with ``snapshots`` after its current one, written and registered in one step (one copy
     of the metadata: adding them as updates copies the snapshot list once each, quadratic at 100,000)."""
-    from pyiceberg.serializers import ToOutputFile
     from pyiceberg.table.refs import SnapshotRef
     from pyiceberg.table.snapshots import SnapshotLogEntry
 
@@ -79,8 +78,26 @@ def _commit_history(table: Table, snapshots: list[Snapshot]) -> None:
     }  # fmt: skip
     if meta.format_version >= 2:
         update["last_sequence_number"] = last.sequence_number
-    crafted = meta.model_copy(update=update)
-    path = f"{meta.location}/metadata/{uuid.uuid4()}-crafted.metadata.json"
+    _register(table, meta.model_copy(update=update))
+
+
+def expire_as_iceberg_java(table: Table, snapshot_ids: list[int]) -> None:
+    """Iceberg Java's (Spark's ``expire_snapshots(snapshot_ids => ...)``) expiry of these snapshots: gone from the
+    metadata and its snapshot log, their children keeping their parent ids (pyiceberg's expiry clears them)."""
+    gone = set(snapshot_ids)
+    meta = table.metadata
+    update = {
+        "snapshots": [s for s in meta.snapshots if s.snapshot_id not in gone],
+        "snapshot_log": [e for e in meta.snapshot_log if e.snapshot_id not in gone],
+    }
+    _register(table, meta.model_copy(update=update))
+
+
+def _register(table: Table, crafted: Any) -> None:
+    """``crafted`` metadata written and registered as the table's (one step, no update copies)."""
+    from pyiceberg.serializers import ToOutputFile
+
+    path = f"{crafted.location}/metadata/{uuid.uuid4()}-crafted.metadata.json"
     ToOutputFile.table_metadata(crafted, table.io.new_output(path))
     table.catalog.drop_table(table.name())  # the entry only: the files stay (the SQL catalog cannot overwrite one)
     table.catalog.register_table(table.name(), path)

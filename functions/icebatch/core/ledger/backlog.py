@@ -14,7 +14,8 @@ If the watermark is no longer in the history of the source table's current snaps
 expired together with all its descendants' parents), the backlog cannot be computed safely: a
 ``WatermarkError`` says so and names the fix (``icebatch ledger reset``), instead of silently
 reprocessing or skipping rows. A watermark snapshot that was merely expired is fine as long as it is the
-parent of a snapshot that still exists.
+parent of a snapshot that still exists, and so is a watermark kept while a snapshot after it was expired out of
+order (the rows past its sequence number are then read matched by content).
 
 A watermark is a position in one table's history: the ledger records the source table's UUID with every
 commit, and a table of the same name with another UUID (dropped and created again, or a catalog entry
@@ -153,11 +154,9 @@ def _pending_snapshots(
     ids = [s.snapshot_id for s in history]
     if watermark in ids:
         return history[: ids.index(watermark)][::-1], False
-    if meta.snapshot_by_id(watermark) is not None:
-        raise WatermarkError(
-            f"the last processed snapshot {watermark} is not in the history of snapshot {end.snapshot_id}: "
-            f"the source table was rolled back past it. {_RESET_FIX}"
-        )
+    if (at := meta.snapshot_by_id(watermark)) is not None:
+        after = _past_kept_watermark(meta, history, at)
+        return after, bool(after)
     last_seq = getattr(meta, "last_sequence_number", None)  # format v2 and later
     if watermark_seq is not None and last_seq is not None and watermark_seq > last_seq:
         raise WatermarkError(
@@ -174,6 +173,34 @@ def _pending_snapshots(
     return pending, bool(pending and not kept and (pending[0].sequence_number or 0) != watermark_seq + 1)
 
 
+def watermark_sequence(meta: TableMetadata, watermark: int | None, recorded: int | None) -> int | None:
+    """The watermark's sequence number: as the ledger recorded it, or else (commits that predate it) the snapshot's."""
+    if recorded is not None or watermark is None:
+        return recorded
+    kept = meta.snapshot_by_id(watermark)
+    return kept.sequence_number if kept is not None else None
+
+
+def _past_kept_watermark(meta: TableMetadata, history: list[Snapshot], watermark: Snapshot) -> list[Snapshot]:
+    """The snapshots after a watermark that is still in the metadata but not in the history of now: the table was
+    rolled back past it, or a snapshot between them was expired out of order (Spark's ``expire_snapshots`` given
+    snapshot ids, a retention that keeps tagged snapshots), which cuts the history short of the watermark.
+
+    An ancestor of the oldest snapshot left, ``O``, is older than ``O``'s expired parent: the watermark can be one
+    only where the history is cut (``O`` has a parent, or pyiceberg's expiry cleared it: a sequence number past the
+    table's first) and ``O`` is at least two sequence numbers past it. Then the rows past the watermark's sequence
+    number are read matched by content, as after any expiry (a gap); otherwise it was rolled back past."""
+    oldest = history[-1]
+    seq, first = watermark.sequence_number or 0, oldest.sequence_number or 0
+    cut = oldest.parent_snapshot_id is not None or first > 1
+    if meta.format_version < 2 or not cut or first < seq + 2:
+        raise WatermarkError(
+            f"the last processed snapshot {watermark.snapshot_id} is not in the history of snapshot "
+            f"{history[0].snapshot_id}: the source table was rolled back past it. {_RESET_FIX}"
+        )
+    return [s for s in history if (s.sequence_number or 0) > seq][::-1]
+
+
 def compute_backlog(
     source_meta: TableMetadata,
     io: FileIO,
@@ -187,6 +214,7 @@ def compute_backlog(
     """Rows appended after ``watermark`` (exclusive) up to ``upto`` (inclusive, default: current)."""
     from pyiceberg.table.snapshots import Operation
 
+    watermark_seq = watermark_sequence(source_meta, watermark, watermark_seq)
     pending, gap = _pending_snapshots(source_meta, watermark, watermark_seq, upto)
     rows = 0
     ids: list[int] = []

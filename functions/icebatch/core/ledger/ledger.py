@@ -32,7 +32,7 @@ from icebatch.core.errors import (
     WatermarkError,
 )
 from icebatch.core.failpoints import failpoint
-from icebatch.core.ledger.backlog import Backlog, compute_backlog, pin_range_end, same_table
+from icebatch.core.ledger.backlog import Backlog, compute_backlog, pin_range_end, same_table, watermark_sequence
 from icebatch.core.ledger.columns import SourceColumns, parse_field_ids, resolve_columns
 from icebatch.core.ledger.summary import (
     NO_RETRIES,
@@ -267,7 +267,7 @@ class ResultsLedger:
             snapshots=ids.index(end) + 1 if end in ids else len(ids),
             scan_from_exclusive=backlog.scan_from_exclusive,
             to_sequence_number=end_snapshot.sequence_number if end_snapshot else None,
-            from_sequence_number=wm.source_sequence_number,
+            from_sequence_number=watermark_sequence(source.metadata, wm.source_snapshot_id, wm.source_sequence_number),
             head_snapshot_id=progress.head_snapshot_id,
             source_uuid=str(source.metadata.table_uuid),
             source_format_version=source.metadata.format_version,
@@ -342,7 +342,9 @@ class ResultsLedger:
             snapshots=backlog.snapshots,
             scan_from_exclusive=backlog.scan_from_exclusive,
             to_sequence_number=pending.to_sequence_number,
-            from_sequence_number=progress.watermark.source_sequence_number,
+            from_sequence_number=watermark_sequence(
+                source.metadata, progress.watermark.source_snapshot_id, progress.watermark.source_sequence_number
+            ),
             resume=pending,
             head_snapshot_id=progress.head_snapshot_id,
             source_uuid=str(source.metadata.table_uuid),
