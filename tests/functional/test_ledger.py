@@ -514,14 +514,20 @@ def test_a_snapshot_after_the_watermark_expired_out_of_order_loses_no_row(settin
     _assert_exactly_once(ledger)
 
 
-def test_a_rollback_past_the_watermark_is_an_error_when_an_older_snapshot_was_expired_too(settings: Settings) -> None:
-    # given a labelled append (the watermark), the source rolled back to before it, one append since, and the
-    # snapshot it was rolled back to expired: the history is cut, and cut too close to the watermark to hold it
-    ledger = _ledger(settings)
+def _labelled_then_rolled_back(ledger: ResultsLedger) -> int:
+    """Two appends, both labelled (the watermark is the second), then the source rolled back to the first: its id."""
     first = _append(ledger, 4, seed=1)
     _append(ledger, 4, seed=2)
     run_once(ledger)
     ledger.source().manage_snapshots().rollback_to_snapshot(first).commit()
+    return first
+
+
+def test_a_rollback_past_the_watermark_is_an_error_when_an_older_snapshot_was_expired_too(settings: Settings) -> None:
+    # given a labelled append (the watermark), the source rolled back to before it, one append since, and the
+    # snapshot it was rolled back to expired: the history is cut, and cut too close to the watermark to hold it
+    ledger = _ledger(settings)
+    first = _labelled_then_rolled_back(ledger)
     _append(ledger, 2, seed=3)
     _expire(ledger, first)
     # then it is still the rollback error, with its fix
@@ -534,10 +540,7 @@ def test_a_rollback_past_the_watermark_then_expired_out_of_order_is_read_by_cont
     # snapshot rolled back to and the first append since expired: the history cannot say whether the watermark is
     # an ancestor
     ledger = _ledger(settings)
-    first = _append(ledger, 4, seed=1)
-    _append(ledger, 4, seed=2)
-    run_once(ledger)
-    ledger.source().manage_snapshots().rollback_to_snapshot(first).commit()
+    first = _labelled_then_rolled_back(ledger)
     after = _append(ledger, 3, seed=3)
     _append(ledger, 2, seed=4)
     _expire(ledger, first, after, java=True)
