@@ -327,3 +327,47 @@ def test_a_second_stack_deploys_beside_the_first_and_they_do_not_cross_talk(worl
         )
     assert [e["detail"]["deployment"] for e in dev.drain("ReporterFunction", expect=1)] == ["icebatch-dev"]
     assert [e["detail"]["deployment"] for e in prod.drain("ReporterFunction", expect=1)] == ["icebatch-prod"]
+
+
+def test_a_failed_job_is_on_record_in_s3_where_icebatch_runs_finds_it(world: World) -> None:
+    d = world.deployed
+    # given a job that failed, its event sent as the job sends it
+    s = world.launcher_settings()
+    ensure_source_table(open_catalog(s), s.catalog.source_table)  # as it is after the first test; this one alone too
+    example = json.loads((Path(__file__).resolve().parents[2] / "eventbridge/examples/valid/batch-job-failed.json")
+                         .read_text())  # fmt: skip
+    run_id = f"triage-20261205T020000-{uuid.uuid4().hex[:6]}"
+    detail = {**example["detail"], "deployment": STACK, "run_id": run_id, "failed_at": _now()}
+    client("events", world.endpoint).put_events(
+        Entries=[{"Source": "icebatch", "DetailType": "Batch Job Failed", "Detail": json.dumps(detail)}]
+    )
+    # when the deployed rule delivers it to the reporter, with its role as deployed
+    [event] = d.drain("ReporterFunction", expect=1)
+    response = d.invoke("ReporterFunction", event).response
+    # then the failure is on record under the stack's warehouse prefix
+    prefix = f"s3://{world.bucket}/warehouse/_icebatch/{STACK}/failures/triage/"
+    assert response["status"] == "reported" and response["failure_record"].startswith(prefix), response
+    # and its role as deployed allows that write (and everything else the reporter did)
+    calls = world.recorder.by(access_key("ReporterFunctionRole"))
+    assert [c for c in calls if c.action == "s3:PutObject" and "/_icebatch/" in c.resources[0]], calls
+    assert denied(calls, role_statements(d.stack, "ReporterFunctionRole")) == []
+    # when an operator asks `icebatch runs` with the stack's settings (as docs/operating.md says)
+    stack_env = {k: v for k, v in d.function_env("LauncherFunction").items() if k.startswith("ICEBATCH_")}
+    operator = subprocess.run(
+        [sys.executable, "-m", "icebatch.tools.cli", "runs", "--consumer", "triage", "--json"],
+        capture_output=True, text=True, timeout=300, env={
+            **stack_env, **CREDS, "ICEBATCH_AWS_ENDPOINT_URL": world.endpoint, "ICEBATCH_AWS_REGION": REGION,
+            "ICEBATCH_HOME": str(world.home / "operator"), "PYTHONPATH": os.environ["PYTHONPATH"],
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(world.home), "NO_PROXY": "127.0.0.1,localhost",
+        },
+    )  # fmt: skip
+    # then the failed attempt is listed, with its stage and reason, from the record the reporter wrote
+    assert operator.returncode == 0, operator.stderr[-3000:]
+    [row] = [r for r in json.loads(operator.stdout)["runs"] if r["run_id"] == run_id]
+    assert row["status"] == "failed" and row["note"].startswith("start: CUDA out of memory"), row
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,10 +20,12 @@ from icebatch.tools.local_bus import local_bus
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 from icebatch_job.job import JobRequest, run_job
 
+from tests.support.aws import REGION, client
 from tests.support.consumers import consumers_file, triage
 from tests.support.runs import Crash, dies_after, run_once
 
 pytestmark = pytest.mark.functional
+EXAMPLE_FAILED = Path(__file__).resolve().parents[2] / "eventbridge" / "examples" / "valid" / "batch-job-failed.json"
 
 
 def _history(settings: Settings) -> tuple[ResultsLedger, dict[str, str]]:
@@ -158,3 +161,68 @@ def test_the_history_reads_the_same_from_the_glue_catalog(any_settings: Settings
     assert done is not None and rows[2].run_id == done.plan.run_id and rows[1].note == "checked by hand"
     [today] = spend_per_day(rows, [ledger.consumer], datetime.now(UTC) - timedelta(days=1))
     assert (today.runs, today.rows) == (1, 5) and today.cost_usd == pytest.approx(rows[2].cost_usd)
+
+
+def test_on_aws_a_failed_attempt_is_on_record_where_icebatch_runs_reads_it(
+    glue_settings: Settings, aws_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from icebatch.control.failure_records import failure_records
+    from icebatch.core.events import envelope
+    from icebatch.tools.invoke import invoke
+    from icebatch.tools.runs import history, spend_per_day
+
+    # given a deployment whose warehouse is in S3 (moto) and a consumer with a completed run in Glue
+    s = glue_settings.with_overrides(aws_endpoint_url=aws_endpoint, aws_region=REGION, deployment="icebatch-prod")
+    ensure_source_table(open_catalog(s), s.catalog.source_table)
+    ledger = open_ledger(s, triage(s))
+    append_tickets(ledger.source(), generate_tickets(5, random.Random(1)))
+    assert run_once(ledger) is not None
+    # when the reporter gets an attempt's failure, twice (at-least-once delivery), and another attempt's failure
+    failed = BatchJobFailed.model_validate(json.loads(EXAMPLE_FAILED.read_text())["detail"]).model_copy(
+        update={"deployment": "icebatch-prod", "failed_at": datetime.now(UTC) - timedelta(minutes=5)}
+    )
+    later = failed.model_copy(update={"run_id": "triage-20261205T010000-aaaaaa", "failed_at": datetime.now(UTC)})
+    results = [invoke("reporter", envelope(d, event_id=str(uuid.uuid4()), time=d.failed_at), s)
+               for d in (failed, failed, later)]  # fmt: skip
+    # then each failure is one object under the warehouse, named by its consumer, time and run
+    records = failure_records(s)
+    assert records is not None and records.prefix == "warehouse/_icebatch/icebatch-prod/failures/"
+    s3 = client("s3", aws_endpoint)
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=records.bucket, Prefix=records.prefix)["Contents"]]
+    assert len(keys) == 2 and all(k.startswith(records.prefix + "triage/") for k in keys), keys
+    assert {r["failure_record"] for r in results} == {f"s3://{records.bucket}/{k}" for k in keys}
+    # when something else lands among them
+    s3.put_object(Bucket=records.bucket, Key=f"{records.prefix}triage/20261205T000000000000Z-x.json", Body=b"{oops")
+    # then the history lists the completed run and each failed attempt once, newest first, and passes the stranger
+    # over, saying so
+    rows = history(s, [ledger.consumer], {"triage": ledger})
+    assert [(r.status, r.run_id) for r in rows] == [
+        ("failed", later.run_id), ("completed", ledger.runs()[0].run_id), ("failed", failed.run_id)]  # fmt: skip
+    assert rows[0].note.startswith("start: CUDA out of memory") and rows[0].cost_usd > 0
+    assert any("is not a failure record, passed over" in r.getMessage() for r in caplog.records)
+    # and a day's spend read from an hour back counts the two failed attempts (neither committed rows)
+    [today] = spend_per_day(history(s, [ledger.consumer], {"triage": ledger}, since=datetime.now(UTC) - timedelta(
+        hours=1)), [ledger.consumer], datetime.now(UTC) - timedelta(hours=1))  # fmt: skip
+    assert (today.runs, today.failed_attempts) == (1, 2)
+
+
+def test_a_failure_that_cannot_be_put_on_record_is_still_reported_and_says_so(
+    glue_settings: Settings, aws_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from icebatch.core.events import envelope
+    from icebatch.tools.invoke import invoke
+
+    # given a deployment whose warehouse bucket is not there (deleted, or a typo in the stack's parameters)
+    s = glue_settings.with_overrides(aws_endpoint_url=aws_endpoint, aws_region=REGION,
+                                     warehouse=f"s3://gone-{uuid.uuid4().hex[:8]}/warehouse/")  # fmt: skip
+    detail = BatchJobFailed.model_validate(json.loads(EXAMPLE_FAILED.read_text())["detail"])
+    # when the reporter gets a failure, then the report still goes out, and the result and the log say what is missing
+    result = invoke("reporter", envelope(detail, event_id=str(uuid.uuid4()), time=detail.failed_at),
+                    s.with_overrides(catalog_properties={}))  # fmt: skip
+    assert result["status"] == "reported" and result["failure_record"].startswith("not recorded: "), result
+    assert "NoSuchBucket" in result["failure_record"]
+    assert any("`icebatch runs` will not list this attempt" in r.getMessage() for r in caplog.records)
+    # and where the warehouse is not in S3 (the embedded default), nothing is put on record: the event log is it
+    local = invoke("reporter", envelope(detail, event_id=str(uuid.uuid4()), time=detail.failed_at),
+                   Settings(home=s.home / "local"))  # fmt: skip
+    assert local["status"] == "reported" and "failure_record" not in local

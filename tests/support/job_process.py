@@ -42,8 +42,12 @@ class JobProcess:
             if self.proc.poll() is not None:
                 return None
             time.sleep(0.05)
+        alive = "; ".join(_described(p) for p in self.tree())
         self.kill_tree()
-        raise TimeoutError(f"the job reached no failpoint in {timeout} s; see {self.log}")
+        raise TimeoutError(
+            f"the job reached no failpoint in {timeout} s (still running: {alive or 'nothing'});"
+            f" the end of its output:\n{self.output()[-4000:]}"
+        )
 
     def tree(self) -> list[psutil.Process]:
         try:
@@ -101,6 +105,15 @@ class JobProcess:
         if self.markers.exists():
             for marker in self.markers.glob("*"):
                 marker.unlink()
+
+
+def _described(p: psutil.Process) -> str:
+    """A process of the job in a few words: its pid, state, CPU time and command (for a timeout's message)."""
+    try:
+        with p.oneshot():
+            return f"{p.pid} {p.status()} {sum(p.cpu_times()[:2]):.0f}s cpu {' '.join(p.cmdline())[:120]}"
+    except psutil.Error:
+        return f"{p.pid} gone"
 
 
 def start_job(

@@ -230,6 +230,7 @@ def report_with(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]
         detail = parse_detail(event)
         built = build_report(detail, event_id=event["id"], prices=settings.cost.batch_prices(),
                              last_runs=read_last_runs(settings, detail))  # fmt: skip
+        recorded = put_on_record(settings, detail, event["id"]) if isinstance(detail, BatchJobFailed) else None
         return {
             "status": "reported",
             "run": built.key,
@@ -237,6 +238,7 @@ def report_with(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]
             "message_id": notifier.notify(built),
             "report_status": built.status,
             "attributes": built.attributes,
+            **({"failure_record": recorded} if recorded else {}),
         }
 
     return report
@@ -259,3 +261,21 @@ def read_last_runs(settings: Settings, detail: BatchJobCompleted | BatchJobFaile
         log.warning("the last runs of %s were not read for its report: %s", detail.consumer, summarize(repr(e), 300))
         return None
     return past_runs(records, settings, this_run=detail.run_id or "", limit=limit)
+
+
+def put_on_record(settings: Settings, detail: BatchJobFailed, event_id: str) -> str | None:
+    """The failure on record for ``icebatch runs`` (``icebatch.control.failure_records``), before its report goes
+    out: its URL, None where the warehouse is not in S3, or why it was not written. A transient error is raised
+    (report and record are retried together); a refusal is logged and the report still goes out."""
+    from icebatch.control.failure_records import record_failure
+
+    try:
+        return record_failure(settings, detail, event_id)
+    except TransientError:
+        raise
+    except Exception as e:
+        reason = summarize(str(e), 300)
+        log.error("the failure of %s was not put on record (%s): the report goes out, but `icebatch runs` will not "
+                  "list this attempt; the reporter's role needs s3:PutObject on the records' prefix",
+                  detail.run_id or event_id, reason)  # fmt: skip
+        return f"not recorded: {reason}"

@@ -6,9 +6,9 @@ Two records, read together:
   runs closed part way (their range's end expired), resets with their reason, and the run part way through;
   their figures are those the reports give (``run_cost``: every attempt's lifetime, at the rate the run
   recorded);
-- **the deployment's events** (``$ICEBATCH_HOME/events.jsonl``, the local bus's log): attempts that failed,
-  were interrupted or stalled. On AWS those events go to EventBridge and the reporter (SNS), not to a file:
-  there ``icebatch runs`` lists the ledger's runs only.
+- **the deployment's failures**: attempts that failed, were interrupted or stalled. Locally, the local bus's
+  log (``$ICEBATCH_HOME/events.jsonl``); on AWS, where those events go to EventBridge and the reporter (SNS),
+  the records the reporter writes under the ``s3://`` warehouse (``icebatch.control.failure_records``).
 
 A day's spend is its completed and closed runs' cost (the figure the budget's ``max_usd_per_day`` is held to)
 plus the GPU time of failed attempts that committed nothing (an attempt that committed chunks is in its run's
@@ -22,9 +22,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from icebatch.control.failure_records import recorded_failures
 from icebatch.core.consumers import Consumer
 from icebatch.core.estimate import run_cost
 from icebatch.core.events import BatchJobFailed
@@ -102,13 +104,16 @@ def _from_record(r: RunRecord, consumer: Consumer, settings: Settings) -> RunRow
     )  # fmt: skip
 
 
-def failed_attempts(events: Path, consumers: Iterable[str], settings: Settings) -> list[RunRow]:
-    """Attempts that ended before their run's last commit, from the local bus's event log (one per event)."""
-    wanted = set(consumers)
+def failed_attempts(failures: Iterable[BatchJobFailed], consumers: Iterable[str], settings: Settings) -> list[RunRow]:
+    """Attempts that ended before their run's last commit, one per failure (the same failure reported twice, by the
+    job and by the nightly reconciliation, or found in both records, is one attempt)."""
+    wanted, seen = set(consumers), set()
     rows = []
-    for detail in _failures(events):
-        if detail.consumer not in wanted:
+    for detail in failures:
+        attempt = (detail.consumer, detail.run_id, detail.failed_at)
+        if detail.consumer not in wanted or attempt in seen:
             continue
+        seen.add(attempt)
         kind = {"JobInterrupted": "interrupted", "JobStalled": "stalled"}.get(detail.error_type, "failed")
         rows.append(RunRow(
             consumer=detail.consumer, run_id=detail.run_id or "-", status=kind, task_version=detail.task_version or 0,
@@ -140,10 +145,15 @@ def _failures(events: Path) -> Iterator[BatchJobFailed]:
     return records(events, failure, "an event")
 
 
-def history(settings: Settings, consumers: list[Consumer], ledgers: dict[str, ResultsLedger]) -> list[RunRow]:
-    """Every consumer's runs and failed attempts, newest first (a run in progress on top)."""
+def history(
+    settings: Settings, consumers: list[Consumer], ledgers: dict[str, ResultsLedger], *, since: datetime | None = None
+) -> list[RunRow]:
+    """Every consumer's runs and failed attempts, newest first (a run in progress on top); ``since``: failed
+    attempts on record in S3 are read from then on (the others are all read: they are at hand)."""
+    names = [c.name for c in consumers]
     rows = [row for c in consumers for row in ledger_rows(ledgers[c.name], c, settings)]
-    rows += failed_attempts(settings.home / "events.jsonl", [c.name for c in consumers], settings)
+    failures = chain(_failures(settings.home / "events.jsonl"), recorded_failures(settings, names, since=since))
+    rows += failed_attempts(failures, names, settings)
     return sorted(rows, key=lambda r: (r.ended_at is None, r.ended_at or r.started_at or ""), reverse=True)
 
 

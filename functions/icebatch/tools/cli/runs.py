@@ -20,13 +20,15 @@ if TYPE_CHECKING:
 NOTE_WIDTH = 70
 
 
-def _history(settings: Settings, name: str | None) -> tuple[list[Consumer], list[RunRow]]:
+def _history(
+    settings: Settings, name: str | None, since: datetime | None = None
+) -> tuple[list[Consumer], list[RunRow]]:
     from icebatch.core.ledger import open_ledger
     from icebatch.tools.runs import history
 
     consumers = selected(settings, name)
     ledgers = {c.name: open_ledger(settings, c, control_plane=True) for c in consumers}
-    return consumers, history(settings, consumers, ledgers)
+    return consumers, history(settings, consumers, ledgers, since=since)
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
@@ -75,8 +77,8 @@ def cmd_runs_show(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_costs(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.tools.runs import spend_per_day
 
-    consumers, rows = _history(settings, args.consumer)
     since = datetime.now(UTC) - args.since
+    consumers, rows = _history(settings, args.consumer, since)
     days = spend_per_day(rows, consumers, since)
     if args.html:
         _write_page(args.html, settings, consumers, days, since)
