@@ -177,33 +177,36 @@ def test_on_aws_a_failed_attempt_is_on_record_where_icebatch_runs_reads_it(
     ledger = open_ledger(s, triage(s))
     append_tickets(ledger.source(), generate_tickets(5, random.Random(1)))
     assert run_once(ledger) is not None
-    # when the reporter gets an attempt's failure, twice (at-least-once delivery), and another attempt's failure
+    # when the reporter gets an attempt's failure, twice (at-least-once delivery), the same run's next attempt's
+    # failure (a RayJob of its own), and another run's
     failed = BatchJobFailed.model_validate(json.loads(EXAMPLE_FAILED.read_text())["detail"]).model_copy(
         update={"deployment": "icebatch-prod", "failed_at": datetime.now(UTC) - timedelta(minutes=5)}
     )
+    retried = failed.model_copy(update={"rayjob_name": "ib-triage-2c77a0b1f4-a2", "attempt": 2,
+                                        "failed_at": datetime.now(UTC) - timedelta(minutes=3)})  # fmt: skip
     later = failed.model_copy(update={"run_id": "triage-20261205T010000-aaaaaa", "failed_at": datetime.now(UTC)})
     results = [invoke("reporter", envelope(d, event_id=str(uuid.uuid4()), time=d.failed_at), s)
-               for d in (failed, failed, later)]  # fmt: skip
-    # then each failure is one object under the warehouse, named by its consumer, time and run
+               for d in (failed, failed, retried, later)]  # fmt: skip
+    # then each failed attempt is one object under the warehouse, named by its consumer, time and run
     records = failure_records(s)
     assert records is not None and records.prefix == "warehouse/_icebatch/icebatch-prod/failures/"
     s3 = client("s3", aws_endpoint)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=records.bucket, Prefix=records.prefix)["Contents"]]
-    assert len(keys) == 2 and all(k.startswith(records.prefix + "triage/") for k in keys), keys
+    assert len(keys) == 3 and all(k.startswith(records.prefix + "triage/") for k in keys), keys
     assert {r["failure_record"] for r in results} == {f"s3://{records.bucket}/{k}" for k in keys}
     # when something else lands among them
     s3.put_object(Bucket=records.bucket, Key=f"{records.prefix}triage/20261205T000000000000Z-x.json", Body=b"{oops")
     # then the history lists the completed run and each failed attempt once, newest first, and passes the stranger
     # over, saying so
     rows = history(s, [ledger.consumer], {"triage": ledger})
-    assert [(r.status, r.run_id) for r in rows] == [
-        ("failed", later.run_id), ("completed", ledger.runs()[0].run_id), ("failed", failed.run_id)]  # fmt: skip
+    assert [(r.status, r.run_id) for r in rows] == [("failed", later.run_id), ("completed", ledger.runs()[0].run_id),
+                                                    ("failed", failed.run_id), ("failed", failed.run_id)]  # fmt: skip
     assert rows[0].note.startswith("start: CUDA out of memory") and rows[0].cost_usd > 0
     assert any("is not a failure record, passed over" in r.getMessage() for r in caplog.records)
-    # and a day's spend read from an hour back counts the two failed attempts (neither committed rows)
+    # and a day's spend read from an hour back counts the three failed attempts (none committed rows)
     [today] = spend_per_day(history(s, [ledger.consumer], {"triage": ledger}, since=datetime.now(UTC) - timedelta(
         hours=1)), [ledger.consumer], datetime.now(UTC) - timedelta(hours=1))  # fmt: skip
-    assert (today.runs, today.failed_attempts) == (1, 2)
+    assert (today.runs, today.failed_attempts) == (1, 3)
 
 
 def test_a_failure_that_cannot_be_put_on_record_is_still_reported_and_says_so(

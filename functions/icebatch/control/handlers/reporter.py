@@ -1,7 +1,8 @@
 """The reporter Lambda: "Batch Job Completed/Failed" events in, one cost report per run out (SNS).
 
-Idempotent per run (EventBridge delivers at least once, and a failed job may be reported both by the
-job and by the nightly reconciliation): the key is the detail-type plus the run id. A malformed event
+Idempotent per run attempt (EventBridge delivers at least once, and a failed job may be reported both by the
+job and by the nightly reconciliation): the key is the detail-type, the run id and the attempt's RayJob (each
+attempt of a run is a RayJob of its own, and each failed attempt is reported and on record). A malformed event
 is logged, counted (``InvalidEvents``) and answered without raising (no crash loop); a failure to publish
 is raised so the platform retries, then keeps the event in the on-failure destination. Metrics carry
 the event's consumer.
@@ -29,7 +30,7 @@ tracer = Tracer(service="icebatch-reporter")
 metrics = Metrics(service="reporter")  # namespace: POWERTOOLS_METRICS_NAMESPACE (icebatch/<stack> in AWS)
 
 IDEMPOTENCY = IdempotencyConfig(
-    event_key_jmespath='["detail-type", detail.run_id || id]',
+    event_key_jmespath="[\"detail-type\", detail.run_id || id, detail.rayjob_name || '']",
     expires_after_seconds=30 * 86400,
 )
 _reporters: dict[int, tuple[Settings, Callable[..., dict[str, Any]]]] = {}
