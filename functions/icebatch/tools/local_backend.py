@@ -278,11 +278,40 @@ def _interrupts(settings: Settings) -> Interrupts | None:
 
 
 def own_head(settings: Settings) -> str | None:
-    """The job API address of the head this home started (``$ICEBATCH_HOME/ray-head.json``), if any."""
+    """The job API address of the head this home started (``$ICEBATCH_HOME/ray-head.json``), if it still answers
+    there as itself.
+
+    A head that is gone leaves its record behind, and its free-picked port may since be another Ray's (a notebook's,
+    another home's head): the Ray answering must name a session whose folder is in this home's Ray temp dir."""
     try:
-        return str(json.loads((settings.home / HEAD_RECORD).read_text())["address"])
+        address = str(json.loads((settings.home / HEAD_RECORD).read_text())["address"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    session = _session_at(address)
+    if session is None:
+        return None  # nothing answers: the head is gone
+    if not session or not (settings.home / "ray" / session).is_dir():
+        log.warning("the Ray answering at %s is not this home's head (its session %s is not under %s): the head this "
+                    "home started is gone", address, session or "(none)", settings.home / "ray")  # fmt: skip
+        return None
+    return address
+
+
+def _session_at(address: str) -> str | None:
+    """The session name of the Ray whose job API answers at ``address`` ("" when what answers names none); None when
+    nothing answers."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{address}/api/version", timeout=5) as answer:
+            body = json.loads(answer.read(64 * 1024))
+    except (urllib.error.HTTPError, ValueError):
+        return ""  # something answers, not a Ray job API
+    except OSError:
+        return None
+    name = body.get("session_name") if isinstance(body, dict) else None
+    return name if isinstance(name, str) and name.startswith("session_") and "/" not in name else ""
 
 
 def start_local_head(settings: Settings) -> str:
