@@ -1,7 +1,8 @@
 """Exactly once through random lifecycles: table operations interleaved with runs, kills and resumes.
 
-A Hypothesis ``RuleBasedStateMachine`` appends, deletes (copy-on-write as pyiceberg writes them, and
-merge-on-read position deletes as Spark writes them), overwrites with the same rows, upserts changed rows,
+A Hypothesis ``RuleBasedStateMachine`` appends (and appends rows again, as a writer that retried a commit
+does), deletes (copy-on-write as pyiceberg writes them, and merge-on-read position deletes as Spark writes them),
+overwrites with the same rows, upserts changed rows,
 truncates, compacts (a ``replace`` as Spark's ``rewrite_data_files`` leaves it) and expires the source's history
 (all of it but the current snapshot, or chosen snapshots anywhere in it, as pyiceberg or Iceberg Java leaves them),
 deleting the files no snapshot lists any more (under a run part way through too: its range's end is then gone),
@@ -83,6 +84,14 @@ class Lifecycle(RuleBasedStateMachine):
         rows = self._rows().select(list(columns)).to_pylist()
         return {str(r[self.task.id_column]): tuple(r[c] for c in columns) for r in rows}
 
+    def _distinct(self) -> pa.Table:  # a row per id (a retried append leaves copies of rows)
+        rows, seen, first = self._rows(), set(), []
+        for i, ticket in enumerate(rows["ticket_id"].to_pylist()):
+            if ticket not in seen:
+                seen.add(ticket)
+                first.append(i)
+        return rows.take(pa.array(first, pa.int64()))
+
     def _has_rows(self) -> bool:
         return self._rows().num_rows > 0
 
@@ -93,6 +102,14 @@ class Lifecycle(RuleBasedStateMachine):
     def append(self, n: int) -> None:
         self.seed += 1
         append_tickets(self.ledger.source(), generate_tickets(n, random.Random(self.seed)))
+
+    @precondition(_has_rows)
+    @rule(data=st.data())
+    def retry_an_append(self, data: st.DataObject) -> None:
+        """A writer that retried a commit that had landed: rows already in the table appended again, as they are."""
+        rows = self._distinct()
+        picked = data.draw(st.lists(st.integers(0, rows.num_rows - 1), min_size=1, max_size=3, unique=True))
+        self.ledger.source().append(rows.take(pa.array(picked)))
 
     @precondition(_pyiceberg_writes)
     @rule(data=st.data())
@@ -112,10 +129,13 @@ class Lifecycle(RuleBasedStateMachine):
     def overwrite_with_the_same_rows(self) -> None:
         self.ledger.source().overwrite(self._rows())
 
-    @precondition(_pyiceberg_writes)
+    def _pyiceberg_upserts(self) -> bool:  # pyiceberg's upsert refuses a table with two rows of one id
+        return self._pyiceberg_writes() and self._distinct().num_rows == self._rows().num_rows
+
+    @precondition(_pyiceberg_upserts)
     @rule(data=st.data())
     def upsert_changed_rows(self, data: st.DataObject) -> None:
-        rows = self._rows()
+        rows = self._distinct()
         picked = data.draw(st.lists(st.integers(0, rows.num_rows - 1), min_size=1, max_size=2, unique=True))
         changed = rows.take(pa.array(picked))
         self.seed += 1
@@ -133,7 +153,7 @@ class Lifecycle(RuleBasedStateMachine):
     def upsert_like_flink(self, data: st.DataObject, new: int, erase: bool) -> None:
         """Flink's upsert mode: changed, unchanged and new rows in a data file beside an equality delete of their
         keys; or a delete of keys alone."""
-        rows = self._rows()
+        rows = self._distinct()
         picked = data.draw(st.lists(st.integers(0, rows.num_rows - 1), min_size=1, max_size=3, unique=True))
         chosen = rows.take(pa.array(picked))
         if erase:

@@ -833,3 +833,103 @@ def test_a_run_part_way_through_whose_end_expired_on_a_v1_source_says_what_is_lo
         ledger.plan()
     pending = ledger.pending()
     assert pending is not None and pending.rows_committed == 5
+
+
+# --------------------------------------------------------------------------------------------------
+# ids appended again: a writer that retried a commit
+# --------------------------------------------------------------------------------------------------
+def _tickets(first: int, n: int, seed: int) -> list[dict[str, Any]]:
+    """Tickets whose ids grow (T-000001, T-000002, ...), as a sequence or a timestamped key gives them."""
+    rows = generate_tickets(n, random.Random(seed))
+    return [{**r, "ticket_id": f"T-{first + i:06d}"} for i, r in enumerate(rows)]
+
+
+def test_a_writers_retry_appending_labelled_rows_again_sends_nothing_again(settings: Settings) -> None:
+    # given a consumer that labelled its source's 10 rows (random ids: no order to tell new ones by)
+    ledger = _ledger(settings)
+    _append(ledger, 10, seed=1)
+    run_once(ledger)
+    labelled = {r["source_id"]: r["run_id"] for r in _verdicts(ledger)}
+    # when a writer retries its commit (the same 10 rows appended again) and then appends 2 new rows, one of them
+    # twice in the same range
+    rows = ledger.source().scan().to_arrow()
+    ledger.source().append(rows)
+    new = generate_tickets(2, random.Random(2))
+    append_tickets(ledger.source(), new)
+    append_tickets(ledger.source(), new[:1])
+    run = run_once(ledger)
+    # then only the 2 new rows went to the model, once each, and the 10 keep their first verdict
+    assert run is not None and run.stats.rows == 2
+    _every_live_row_once(ledger)
+    assert {i: r for i, r in ((v["source_id"], v["run_id"]) for v in _verdicts(ledger)) if i in labelled} == labelled
+    assert _summary(ledger)["icebatch.rows-unchanged"] == "11"
+
+
+def test_a_row_appended_again_with_new_content_gets_a_verdict_that_replaces_the_old(settings: Settings) -> None:
+    import pyarrow.compute as pc
+
+    # given a consumer that labelled its source's 6 rows
+    ledger = _ledger(settings)
+    _append(ledger, 6, seed=1)
+    run_once(ledger)
+    # when one of them is appended again with a new subject (an append-only writer's update)
+    row = ledger.source().scan().to_arrow().sort_by("ticket_id").slice(0, 1)
+    edited = row.set_column(row.schema.get_field_index("subject"), "subject",
+                            pc.binary_join_element_wise(row["subject"], " (reopened)", ""))  # fmt: skip
+    ledger.source().append(edited)
+    run = run_once(ledger)
+    # then it alone went to the model, and its id has one verdict: the new content's
+    assert run is not None and run.stats.rows == 1
+    [verdict] = [v for v in _verdicts(ledger) if v["source_id"] == row["ticket_id"][0].as_py()]
+    assert verdict["summary"].endswith("(reopened)")
+    assert _summary(ledger)["icebatch.verdicts-removed-superseded"] == "1"
+
+
+def test_a_run_over_rows_appended_again_killed_part_way_resumes_without_a_second_verdict(settings: Settings) -> None:
+    from tests.support.runs import Crash, dies_after
+
+    # given a labelled source, then 12 new rows, each appended twice (the second a retry of the first commit)
+    ledger = _ledger(settings)
+    _append(ledger, 6, seed=1)
+    run_once(ledger)
+    new = generate_tickets(12, random.Random(2))
+    append_tickets(ledger.source(), new)
+    append_tickets(ledger.source(), new)
+    # when its run is killed after its first chunks, and the next attempt resumes it
+    with pytest.raises(Crash):
+        run_once(ledger, transform=dies_after(5), chunk_rows=4)
+    resumed = run_once(ledger, chunk_rows=4)
+    # then each of the 12 has one verdict, from this run, and nothing else was labelled
+    assert resumed is not None and resumed.plan.resume is not None
+    _every_live_row_once(ledger)
+    mine = [v["source_id"] for v in _verdicts(ledger) if v["run_id"] == resumed.plan.run_id]
+    assert sorted(mine) == sorted(r["ticket_id"] for r in new)
+
+
+def test_growing_ids_are_told_new_by_their_bounds_alone(settings: Settings) -> None:
+    from icebatch_job.plan.source import plan_range
+
+    # given a consumer that labelled rows whose ids grow
+    ledger = _ledger(settings)
+    append_tickets(ledger.source(), _tickets(1, 8, seed=1))
+    run_once(ledger)
+    # then its watermark commit records the highest id
+    assert json.loads(_summary(ledger)["icebatch.source-id-upper"]) == {"type": "string", "upper": "T-000008"}
+    # when rows with higher ids arrive, then the range is known new from the manifests' bounds: nothing looked up
+    append_tickets(ledger.source(), _tickets(9, 4, seed=2))
+    plan = ledger.plan()
+    assert plan is not None and plan.source_id_upper is not None
+    task = ledger.consumer.task
+    assert not plan_range(ledger.source(), plan, (task.id_column, *task.input_columns)).ids_may_repeat
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 4
+    assert json.loads(_summary(ledger)["icebatch.source-id-upper"])["upper"] == "T-000012"
+    # when an earlier row is appended again beside a new one, then the range may repeat ids, and only the new row is
+    # labelled
+    append_tickets(ledger.source(), [*_tickets(1, 8, seed=1)[2:3], *_tickets(13, 1, seed=3)])  # T-000003 as it was
+    plan = ledger.plan()
+    assert plan is not None
+    assert plan_range(ledger.source(), plan, (task.id_column, *task.input_columns)).ids_may_repeat
+    run = run_once(ledger)
+    assert run is not None and run.stats.rows == 1
+    _every_live_row_once(ledger)

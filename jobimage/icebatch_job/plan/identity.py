@@ -12,8 +12,9 @@ row's id and the columns the task reads (``content_hashes``). Over such a range 
   (deleted: every task version's) and those a new verdict of this run supersedes (this task version's):
   ``removals``. The results table then holds one current verdict per live id and task version.
 
-An append-only range is read as appended (no results are looked up). Verdicts written before results
-carried a hash (``source_hash`` null) match their id whatever its content.
+An append-only range is read as appended (no results are looked up), unless it may repeat ids a writer appended
+again (``id_bounds``, ``work.repeats``): then it is matched the same way, nothing deleted. Verdicts written before
+results carried a hash (``source_hash`` null) match their id whatever its content.
 """
 
 from __future__ import annotations
@@ -187,6 +188,16 @@ def as_ids(values: pa.ChunkedArray) -> pa.Array:
     if pa.types.is_string(values.type) or pa.types.is_large_string(values.type) or pa.types.is_integer(values.type):
         return pc.unique(pc.cast(values, pa.string()).combine_chunks())
     return pa.array({str(v) for v in values.to_pylist()}, pa.string())
+
+
+def id_texts(values: pa.ChunkedArray) -> pa.Array:
+    """Source ids as result rows hold them, one per row (``as_ids`` without the uniqueness)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type) or pa.types.is_integer(values.type):
+        return pc.cast(values, pa.string()).combine_chunks()
+    return pa.array([str(v) for v in values.to_pylist()], pa.string())
 
 
 def labelled_ids(rows: pa.Table) -> list[str]:

@@ -32,6 +32,7 @@ from ray.data.datasource import Datasource, ReadTask
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
 from icebatch_job.commit.done import DoneRows
 from icebatch_job.plan.deletes import plan_files
+from icebatch_job.plan.id_bounds import judge
 from icebatch_job.plan.identity import content_hashes
 
 if TYPE_CHECKING:
@@ -61,8 +62,12 @@ class PlannedRange:
     metadata: Any  # ``read_metadata``: without the history
     io: Any
     content: tuple[str, ...] = ()  # the columns a row's ``SOURCE_HASH`` is of, in order (the id first)
-    rewrites: bool = False  # the range deleted or rewrote rows: its rows are matched by content (``identity``)
+    rewrites: bool = False  # its rows are matched by content (``identity``): it rewrote rows, or may repeat ids
     deleted: DoneRows = field(default_factory=DoneRows)  # rows of its files that position deletes remove
+    deletes: bool = False  # rows may have been deleted in it: verdicts of ids gone are looked for (``removals``)
+    id_record: str | None = None  # the ids' upper bound up to its end, for its watermark commit (``id_bounds``)
+    ids_may_repeat: bool = False  # appends only, whose ids are not all past those seen: ``identity.repeats`` looks
+    whole: bool = False  # every row live at its end (a first run): its rows repeat no verdict, only one another
 
     @property
     def rows(self) -> int:
@@ -108,8 +113,14 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     schema = _named(scan.projection(), renamed)
     content = tuple(columns) if columns else tuple(f.name for f in schema.fields)
     # a first run matches nothing, unless a run closed part way left verdicts of the range (``RunPlan.match_content``)
-    rewrites = plan.match_content or ((span.rewrites or span.past_sequence is not None) and not span.whole)
-    return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, rewrites, deleted)
+    deletes = plan.match_content or ((span.rewrites or span.past_sequence is not None) and not span.whole)
+    ids = judge(table, end, to_source.get(content[0], content[0]), tasks, plan.source_id_upper, taken) if columns \
+        else None  # fmt: skip
+    # an append-only range whose ids are not all new by their bounds may repeat ids (a writer's retry), and a first
+    # run's rows may repeat one another's: the job looks (``identity.repeats``)
+    may_repeat = ids is not None and (span.whole or not ids.new_ids_only) and not deletes
+    return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, deletes, deleted,
+                        deletes, ids.record if ids else None, may_repeat, span.whole)  # fmt: skip
 
 
 def _range_manifests(table: Table, span: RangeSnapshots, end: Snapshot) -> tuple[Callable[[Any], bool], list[Any]]:
@@ -252,7 +263,8 @@ def _read_files(
             positions = np.arange(start, start + batch.num_rows, dtype=np.int64)
             start += batch.num_rows
             rows = pa.Table.from_batches([batch]).cast(target)
-            rows = rows.append_column(SOURCE_HASH, content_hashes(rows.select(list(content))))
+            if content:  # () when only the ids are read (``work.repeats``)
+                rows = rows.append_column(SOURCE_HASH, content_hashes(rows.select(list(content))))
             rows = rows.append_column(SOURCE_FILE, pa.array([path] * len(positions), pa.string()))
             rows = rows.append_column(SOURCE_POS, pa.array(positions))
             if skip is not None:

@@ -14,7 +14,7 @@ from icebatch.core.task import TaskSpec
 
 from icebatch_job.commit.chunks import RunProgress, load_progress
 from icebatch_job.commit.done import DoneRows
-from icebatch_job.plan.identity import labelled_ids, removals, unchanged
+from icebatch_job.plan.identity import id_texts, labelled_ids, removals, unchanged
 from icebatch_job.plan.source import PlannedRange, plan_range, read_rows
 
 if TYPE_CHECKING:
@@ -45,27 +45,59 @@ def plan_work(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Tabl
     planned = plan_range(source, plan, (task.id_column, *task.input_columns))
     progress = load_progress(ledger, plan, task)
     skip = progress.done.union(planned.deleted) if len(planned.deleted) else progress.done
+    # a first run's rows are matched among themselves only (a reset that moves back labels its range again)
+    verdicts = None if planned.whole and not planned.deletes else ledger.results()
+    if planned.ids_may_repeat and repeats(planned, verdicts, task.version, plan.run_id):
+        planned = replace(planned, rewrites=True)  # ids appended again: matched by content, as a rewrite is
     if not planned.rewrites:
         return plan, Work(planned, progress, skip, planned.rows)
-    found = unchanged(read_rows(planned, skip), task.id_column, skip, ledger.results(), task.version,
+    found = unchanged(read_rows(planned, skip), task.id_column, skip, verdicts, task.version,
                       keep_first=ledger.consumer.on_update == "keep_first")  # fmt: skip
     rows = planned.rows - found.count
     work = Work(planned, progress, skip.union(found.rows), rows, found.count)
     return replace(plan, expected_rows=rows), work
 
 
+def repeats(planned: PlannedRange, results: Table | None, task_version: int, run_id: str) -> bool:
+    """Whether an append-only range repeats an id: twice among its live rows (done ones too: every attempt of a run
+    must decide alike), or one with a verdict of ``task_version`` from another run (a writer that retried a commit).
+    Reads the range's id column and the results' ids of the task version (``id_bounds`` spares this where the ids
+    grow)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import And, EqualTo, NotEqualTo
+
+    id_name = planned.content[0]
+    only_ids = replace(planned, content=(), schema=planned.schema.select(id_name))  # no content hash: ids alone
+    mine = pa.chunked_array([id_texts(b.column(id_name)) for b in read_rows(only_ids, DoneRows())], pa.string())
+    if len(mine) == 0:
+        return False
+    if len(pc.unique(mine)) < len(mine):
+        return True
+    if results is None or results.current_snapshot() is None:
+        return False
+    equal_to: Any = EqualTo  # the pydantic mypy plugin misreads these expressions' own __init__
+    not_equal_to: Any = NotEqualTo
+    labelled = results.scan(row_filter=And(equal_to("task_version", task_version), not_equal_to("run_id", run_id)),
+                            selected_fields=("source_id",)).to_arrow().column(0)  # fmt: skip
+    return bool(pc.any(pc.is_in(mine, value_set=labelled.combine_chunks())).as_py())
+
+
 def last_commit(
     ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Table, work: Work,
     out: Callable[[str], None] = log.info,
 ) -> LastCommit | None:  # fmt: skip
-    """Over a range that deleted or rewrote rows: what the commit that moves the watermark removes (verdicts of
-    ids gone from the source, and those this run's verdicts supersede) and records."""
+    """What the commit that moves the watermark removes and records: over a range matched by content, the verdicts
+    of ids gone from the source (where rows may have been deleted) and those this run's verdicts supersede; over
+    every range, the upper bound of the source's ids (``plan.id_bounds``). None: nothing of either."""
+    ids = {Key.SOURCE_ID_UPPER: work.planned.id_record} if work.planned.id_record else {}
     if not work.planned.rewrites:
-        return None
+        return (lambda _rows: (None, ids)) if ids else None
     renamed = plan.source_columns.renamed if plan.source_columns else {}
     id_column = {t: s for s, t in renamed.items()}.get(task.id_column, task.id_column)
 
-    keep_deleted = ledger.consumer.on_delete == "keep"
+    # an append-only range matched by content (ids it may repeat) deleted nothing: no verdict is looked for as gone
+    keep_deleted = ledger.consumer.on_delete == "keep" or not work.planned.deletes
 
     def removing(rows: pa.Table) -> tuple[Any, dict[str, str]]:
         found = removals(source, plan.to_snapshot_inclusive, id_column, ledger.results(), plan.run_id,
@@ -74,7 +106,7 @@ def last_commit(
             out(f"removing {len(found.gone):,} verdicts of rows deleted from the source and "
                 f"{len(found.superseded):,} superseded by this run's")  # fmt: skip
         notes = {Key.ROWS_UNCHANGED: str(work.unchanged), Key.VERDICTS_GONE: str(len(found.gone)),
-                 Key.VERDICTS_SUPERSEDED: str(len(found.superseded))}  # fmt: skip
+                 Key.VERDICTS_SUPERSEDED: str(len(found.superseded)), **ids}  # fmt: skip
         return found.expression(plan.run_id, plan.task_version), notes
 
     return removing

@@ -88,6 +88,7 @@ class RunPlan:
     source_format_version: int | None = None
     source_columns: SourceColumns | None = None  # where the task's columns are read (recorded: their field ids)
     match_content: bool = False  # a run closed part way left verdicts of the range: its rows are matched by content
+    source_id_upper: str | None = None  # the highest source id up to the watermark, as recorded (``Key``)
 
 
 @dataclass(frozen=True)
@@ -252,8 +253,7 @@ class ResultsLedger:
         end, rows = pin_range_end(backlog, None if wm.closed else max_rows)
         if end is None or (rows == 0 and not backlog.rewrites):
             return None  # nothing appended (a compaction adds no work); a delete or overwrite has verdicts to remove
-        ids = list(backlog.pending_snapshot_ids)
-        end_snapshot = source.metadata.snapshot_by_id(end)
+        ids, end_snapshot = list(backlog.pending_snapshot_ids), source.metadata.snapshot_by_id(end)
         return RunPlan(
             run_id=run_id or new_run_id(self.consumer.name),
             consumer=self.consumer.name,
@@ -273,6 +273,7 @@ class ResultsLedger:
             source_format_version=source.metadata.format_version,
             source_columns=self.columns(source, wm),
             match_content=wm.closed,
+            source_id_upper=wm.source_id_upper,
         )
 
     def end_expired(self, pending: Pending, source: Table) -> bool:
@@ -350,6 +351,7 @@ class ResultsLedger:
             source_uuid=str(source.metadata.table_uuid),
             source_format_version=source.metadata.format_version,
             source_columns=self.columns(source, progress.watermark),
+            source_id_upper=progress.watermark.source_id_upper,
         )
 
     def runs(self) -> list[RunRecord]:

@@ -42,6 +42,9 @@ class Key:
     SOURCE_UUID = PREFIX + "source-table-uuid"  # which table: a name can be dropped and created again
     SOURCE_FORMAT_VERSION = PREFIX + "source-format-version"
     SOURCE_FIELD_IDS = PREFIX + "source-field-ids"  # {task's column: field id} read (a rename keeps the id)
+    # the highest id of the source's rows up to the watermark (``icebatch_job.plan.id_bounds``): a range whose ids
+    # all lie above it appends new rows only; one whose ids may not is matched by content (a writer's retry)
+    SOURCE_ID_UPPER = PREFIX + "source-id-upper"
     CONSUMER = PREFIX + "consumer"
     TASK = PREFIX + "task"
     TASK_VERSION = PREFIX + "task-version"
@@ -104,6 +107,7 @@ class Watermark:
     source_field_ids: Mapping[str, int] | None = None  # the task's columns, as that commit read them
     closed: bool = False  # recorded by closing a run part way through: its verdicts stand, the next run matches
     # its rows by content (``ResultsLedger.plan``)
+    source_id_upper: str | None = None  # ``Key.SOURCE_ID_UPPER`` as recorded (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -356,7 +360,8 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
         wm = parse_snapshot_id(summary.get(Key.WATERMARK), where=where)
         seq = parse_snapshot_id(summary.get(Key.SEQUENCE), where=where)
         watermark = Watermark(wm, snap.snapshot_id, summary.get(Key.RUN_ID), snap.timestamp_ms, seq,
-                              closed=Key.CLOSED in summary)  # fmt: skip
+                              closed=Key.CLOSED in summary,
+                              source_id_upper=summary.get(Key.SOURCE_ID_UPPER))  # fmt: skip
         break
     else:
         if chunks:  # the history was expired under a run part way through: its chunks say where it started
