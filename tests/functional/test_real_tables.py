@@ -404,11 +404,11 @@ def _summary(ledger: ResultsLedger) -> dict[str, str]:
     return dict(table.current_snapshot().summary.additional_properties)  # type: ignore[union-attr]
 
 
-def test_verdicts_of_rows_deleted_from_the_source_are_removed_by_the_next_run(settings: Settings) -> None:
+def test_verdicts_of_rows_deleted_from_the_source_are_removed_by_the_next_run(any_settings: Settings) -> None:
     from pyiceberg.expressions import In
 
     # given a consumer that labelled its source's 12 rows
-    ledger = _ledger(settings)
+    ledger = _ledger(any_settings)
     _append(ledger, 12, seed=1)
     run_once(ledger)
     # when three rows are deleted from the source (pyiceberg: copy-on-write) and nothing new arrives
@@ -442,9 +442,9 @@ def test_a_row_deleted_before_its_run_is_never_sent_to_the_model(settings: Setti
     _every_live_row_once(ledger)
 
 
-def test_an_overwrite_with_the_same_rows_sends_nothing_again(settings: Settings) -> None:
+def test_an_overwrite_with_the_same_rows_sends_nothing_again(any_settings: Settings) -> None:
     # given a consumer that labelled its source's 20 rows
-    ledger = _ledger(settings)
+    ledger = _ledger(any_settings)
     _append(ledger, 20, seed=1)
     run_once(ledger)
     labelled = {r["source_id"]: r["run_id"] for r in _verdicts(ledger)}
@@ -460,11 +460,11 @@ def test_an_overwrite_with_the_same_rows_sends_nothing_again(settings: Settings)
     assert _summary(ledger)["icebatch.rows-unchanged"] == "20"
 
 
-def test_an_upsert_relabels_the_changed_rows_and_supersedes_their_verdicts(settings: Settings) -> None:
+def test_an_upsert_relabels_the_changed_rows_and_supersedes_their_verdicts(any_settings: Settings) -> None:
     import pyarrow.compute as pc
 
     # given a consumer that labelled its source's 10 rows
-    ledger = _ledger(settings)
+    ledger = _ledger(any_settings)
     _append(ledger, 10, seed=1)
     run_once(ledger)
     # when two rows are updated (new subjects) and one inserted by pyiceberg's upsert, with three unchanged rows
@@ -844,9 +844,9 @@ def _tickets(first: int, n: int, seed: int) -> list[dict[str, Any]]:
     return [{**r, "ticket_id": f"T-{first + i:06d}"} for i, r in enumerate(rows)]
 
 
-def test_a_writers_retry_appending_labelled_rows_again_sends_nothing_again(settings: Settings) -> None:
+def test_a_writers_retry_appending_labelled_rows_again_sends_nothing_again(any_settings: Settings) -> None:
     # given a consumer that labelled its source's 10 rows (random ids: no order to tell new ones by)
-    ledger = _ledger(settings)
+    ledger = _ledger(any_settings)
     _append(ledger, 10, seed=1)
     run_once(ledger)
     labelled = {r["source_id"]: r["run_id"] for r in _verdicts(ledger)}
@@ -906,11 +906,11 @@ def test_a_run_over_rows_appended_again_killed_part_way_resumes_without_a_second
     assert sorted(mine) == sorted(r["ticket_id"] for r in new)
 
 
-def test_growing_ids_are_told_new_by_their_bounds_alone(settings: Settings) -> None:
+def test_growing_ids_are_told_new_by_their_bounds_alone(any_settings: Settings) -> None:
     from icebatch_job.plan.source import plan_range
 
     # given a consumer that labelled rows whose ids grow
-    ledger = _ledger(settings)
+    ledger = _ledger(any_settings)
     append_tickets(ledger.source(), _tickets(1, 8, seed=1))
     run_once(ledger)
     # then its watermark commit records the highest id
