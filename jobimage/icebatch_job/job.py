@@ -26,7 +26,14 @@ from icebatch.core.bus import EventPublisher, load_publisher
 from icebatch.core.consumers import Consumer, consumer_named, load_consumers
 from icebatch.core.errors import IcebatchError, TransientError, WatermarkConflictError
 from icebatch.core.estimate import run_cost
-from icebatch.core.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts, completed_event
+from icebatch.core.events import (
+    BatchJobCompleted,
+    BatchJobDeferred,
+    BatchJobFailed,
+    SnapshotRange,
+    TokenCounts,
+    completed_event,
+)
 from icebatch.core.failpoints import arm
 from icebatch.core.ledger import CommitResult, Key, ResultsLedger, RunPlan, RunTotals, open_ledger
 from icebatch.core.report import completed_text, incremental_state
@@ -240,12 +247,19 @@ def conflicted(run: JobRun, error: WatermarkConflictError) -> JobResult:
 def deferred(run: JobRun) -> JobResult:
     """A run the launcher gave no GPU (rows deleted or rewritten, none added) whose range holds rows the model must
     see (content a copy-on-write ``UPDATE`` or ``MERGE`` changed): nothing is committed and no engine started. Not
-    a failure: the launcher gives the range's next attempt a GPU (``launcher.job_spec``), at the next trigger."""
+    a failure: "Batch Job Deferred" tells the launcher, which gives the range's next attempt a GPU at once
+    (``launcher.job_spec``; else the next trigger does)."""
     assert run.plan is not None and run.work is not None
+    p = run.plan
     run.out(
         f"deferred: {run.work.todo:,} {run.consumer.row_noun} of the range changed and need the model, which "
         "this run (no GPU) does not start; nothing committed: the launcher gives the range's next attempt a GPU"
     )
+    publish(run.publisher, BatchJobDeferred(
+        deployment=run.settings.top.deployment, run_id=p.run_id, consumer=p.consumer, source_table=p.source_table,
+        range=SnapshotRange(from_exclusive=p.from_snapshot_exclusive, to_inclusive=p.to_snapshot_inclusive),
+        rows_for_the_model=run.work.todo, rayjob_name=run.request.rayjob_name, deferred_at=datetime.now(UTC),
+    ))  # fmt: skip
     return JobResult("deferred", plan=run.plan)
 
 
@@ -529,13 +543,15 @@ def failed_event(run: JobRun, error: BaseException, *, retryable: bool) -> Batch
     )
 
 
-def publish(publisher: EventPublisher, event: BatchJobCompleted | BatchJobFailed) -> None:
+def publish(publisher: EventPublisher, event: BatchJobCompleted | BatchJobFailed | BatchJobDeferred) -> None:
     try:
         event_id = publisher.publish(event)
         log.info("emitted %r (%s)", event.detail_type, event_id)
     except Exception as e:  # the ledger already holds the truth: the event is not worth failing the run for
         if isinstance(event, BatchJobCompleted):  # reconciliation reports failed jobs only
             then = f"the run is committed: `icebatch report {event.run_id}` rebuilds its report"
+        elif isinstance(event, BatchJobDeferred):
+            then = "the range's next attempt waits for the next trigger"
         else:
             then = "the nightly reconciliation reports the job if it failed"
         log.error("could not emit %r: %s; %s", event.detail_type, one_line(str(e), 300), then)

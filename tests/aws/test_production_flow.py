@@ -371,3 +371,23 @@ def _now() -> str:
     from datetime import UTC, datetime
 
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_a_deferred_run_reaches_the_launcher_of_its_own_stack_only(world: World) -> None:
+    d = world.deployed
+    s = world.launcher_settings()
+    ensure_source_table(open_catalog(s), s.catalog.source_table)  # as it is after the first test; this one alone too
+    d.drain("LauncherFunction")  # the creation's metadata events, if it created it
+    # given a run of this stack, and one of another, that each deferred (rows changed, no model on their node)
+    example = json.loads((Path(__file__).resolve().parents[2] / "eventbridge/examples/valid/batch-job-deferred.json")
+                         .read_text())  # fmt: skip
+    entries = [{"Source": "icebatch", "DetailType": "Batch Job Deferred",
+                "Detail": json.dumps({**example["detail"], "deployment": stack})}
+               for stack in (STACK, "icebatch-other")]  # fmt: skip
+    client("events", world.endpoint).put_events(Entries=entries)
+    # then the deployed rule delivers this stack's to its launcher, and the launcher takes it for that consumer alone
+    [event] = d.drain("LauncherFunction", expect=1)
+    assert (event["detail-type"], event["detail"]["deployment"]) == ("Batch Job Deferred", STACK)
+    response = d.invoke("LauncherFunction", event, ICEBATCH_DRY_RUN="true").response
+    assert response["status"] == "ok" and [x["consumer"] for x in response["decisions"]] == ["triage"], response
+    assert response["decisions"][0]["origin"] == "deferred"

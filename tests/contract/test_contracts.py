@@ -40,8 +40,10 @@ def test_valid_examples_satisfy_schema_and_model(path: Path) -> None:
     detail_type = event["detail-type"]
     jsonschema.Draft202012Validator(_schema(detail_type)).validate(event["detail"])
     DETAIL_MODELS[detail_type].model_validate(event["detail"])
-    routed = matches(fill(PATTERNS["reporter"], {"AWS::StackName": event["detail"].get("deployment", "")}), event)
+    stack = {"AWS::StackName": event["detail"].get("deployment", "")}
+    routed = matches(fill(PATTERNS["reporter"], stack), event)
     assert routed == (detail_type in {"Batch Job Completed", "Batch Job Failed"})
+    assert matches(fill(PATTERNS["launcher-deferred-run"], stack), event) == (detail_type == "Batch Job Deferred")
 
 
 @pytest.mark.parametrize("path", _examples("invalid"), ids=lambda p: p.name)

@@ -31,6 +31,7 @@ def _event(function: str, name: str) -> dict[str, Any]:
         ("ReporterFunction", "JobFinished", "reporter"),
         ("LauncherFunction", "GlueTableChange", "launcher-glue-table-change"),
         ("LauncherFunction", "MetadataObjectCreated", "launcher-s3-metadata-object"),
+        ("LauncherFunction", "DeferredRun", "launcher-deferred-run"),
     ],
 )
 def test_template_patterns_equal_the_eventbridge_folder(function: str, event: str, pattern: str) -> None:

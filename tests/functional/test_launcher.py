@@ -536,6 +536,12 @@ def test_a_model_on_s3_is_sized_from_its_config_as_the_engine_would_read_it(
     assert "(config.json)" in d["reason"] and f"s3://{bucket}/llama-70b/" in d["reason"], d["reason"]
 
 
+def _bus_events(s: Settings) -> list[dict[str, Any]]:
+    """What the local bus carried (its log), oldest first."""
+    path = s.home / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def _labelled_on_kuberay(
     settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> tuple[Settings, ResultsLedger, list[str]]:
@@ -608,15 +614,21 @@ def test_rows_changed_by_a_copy_on_write_update_are_labelled_by_the_next_attempt
     # not a failure), committing nothing
     head = ledger.results().current_snapshot().snapshot_id  # type: ignore[union-attr]
     pod = s.with_overrides(job_engine="off", job_consumer=load_consumers(s)[0].to_json())
-    result = run_job(
-        pod, JobRequest(run_id=first["run_id"], to_snapshot=first["current_snapshot_id"]), out=lambda _: None
+    request = JobRequest(
+        run_id=first["run_id"], to_snapshot=first["current_snapshot_id"], rayjob_name=first["job_name"]
     )
+    result = run_job(pod, request, out=lambda _: None)
     assert result.status == "deferred"
     assert ledger.results().refresh().current_snapshot().snapshot_id == head  # type: ignore[union-attr]
-    k8s.set_status(first["job_name"], jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
-    # when the next trigger arrives, the range's next attempt has a GPU worker and the model
-    second = decide(s, event("schedule.json"))
+    # and says so on the bus: "Batch Job Deferred", naming its RayJob (whose status in the cluster still lags)
+    [deferred] = [e for e in _bus_events(s) if e["detail-type"] == "Batch Job Deferred"]
+    assert (deferred["detail"]["rayjob_name"], deferred["detail"]["rows_for_the_model"]) == (first["job_name"], 3)
+    assert not k8s.objects[("icebatch", first["job_name"])].get("status", {}).get("jobStatus")
+    # when that event reaches the launcher (its rule as deployed), the range's next attempt is launched at once,
+    # with a GPU worker and the model
+    second = decide(s, deferred)
     assert second["decision"] == "launch" and "this one has the model" in second["reason"], second["reason"]
+    assert second["origin"] == "deferred" and second["job_name"] != first["job_name"]
     assert second["manifest"]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] >= 1
     assert "ICEBATCH_JOB_ENGINE" not in {e["name"] for e in second["manifest"]["spec"]["rayClusterSpec"]
                                          ["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}  # fmt: skip

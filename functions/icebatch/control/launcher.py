@@ -15,7 +15,7 @@ returns. Per consumer, the steps are:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -168,7 +168,7 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
     removals_only = sum(_without_new_rows(backlog, consumer)) > 0  # rows deleted or rewritten, none added
     if backlog.rows <= 0 and not removals_only:
         return Observation(backlog=backlog, age_seconds=age, tag=tag)
-    jobs = ctx.jobs(consumer.name)
+    jobs = [_ended(j) if j.name == trigger.ended_job else j for j in ctx.jobs(consumer.name)]
     same = [j for j in jobs if j.from_tag == tag]
     # a removals-only range's first attempt has no model (no GPU on kuberay); one that found rows the model must
     # see (a copy-on-write UPDATE changed them) ended "deferred" without moving the watermark: the next one has it
@@ -191,6 +191,11 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         pending=pending,
         deferred=deferred,
     )
+
+
+def _ended(job: JobState) -> JobState:
+    """A job whose own event says it ended deferred (its RayJob's status may lag): it succeeded."""
+    return replace(job, deployment_status="Complete", job_status="SUCCEEDED")
 
 
 def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> GateInput:

@@ -8,6 +8,8 @@ Accepted shapes:
   (via EventBridge) for a ``.metadata.json`` under the source table's ``metadata/`` prefix.
 - ``manual``: ``{"action": "launch", "force": false, "dry_run": true}`` from ``sam local invoke`` or
   the CLI.
+- ``append`` too: ``Batch Job Deferred`` from the job (source ``icebatch``), for its consumer only: a run given
+  no model found rows whose content changed, and its job has ended (whatever its RayJob's status says yet).
 
 Anything else raises InvalidEventError (permanent: logged, counted, not retried). The models are strict
 (``"force": "yes"`` or ``1`` is not a boolean) and messages quote the input only in summary
@@ -27,6 +29,7 @@ from aws_lambda_powertools.utilities.parser.models import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from icebatch.core.errors import InvalidEventError
+from icebatch.core.events import EVENT_SOURCE, BatchJobDeferred
 from icebatch.core.rules import GLUE_APPEND_CHANGES, GLUE_DETAIL_TYPE
 from icebatch.core.untrusted import CONSUMER_NAME, summarize, validation_summary
 
@@ -74,6 +77,10 @@ class ScheduledRuleEvent(EventBridgeModel):
     pass
 
 
+class DeferredRunEvent(EventBridgeModel):
+    detail: BatchJobDeferred
+
+
 @dataclass(frozen=True)
 class Trigger:
     """A parsed event, reduced to what the launch decision needs."""
@@ -87,7 +94,8 @@ class Trigger:
     s3_bucket: str | None = None
     s3_key: str | None = None
     change: str | None = None
-    consumer: str | None = None  # manual: only this consumer
+    consumer: str | None = None  # manual, deferred: only this consumer
+    ended_job: str | None = None  # deferred: the job that deferred, ended by its own word
 
 
 def _validate(event: dict[str, Any], model: type[BaseModel], what: str) -> Any:
@@ -130,10 +138,15 @@ def parse_trigger(event: Any) -> Trigger:
                 s3_bucket=summarize(s3.detail.bucket.name, 64),
                 s3_key=summarize(s3.detail.object.key, 1100),
             )
+        if source == EVENT_SOURCE and detail_type == BatchJobDeferred.detail_type:
+            deferred = _validate(event, DeferredRunEvent, "Batch Job Deferred event").detail
+            return Trigger("append", "deferred", event_id=summarize(envelope.id, 64), consumer=deferred.consumer,
+                           ended_job=deferred.rayjob_name)  # fmt: skip
         raise InvalidEventError(
             f"unsupported EventBridge event '{summarize(source)}' / '{summarize(detail_type)}': the launcher handles "
             "scheduled events, "
-            f"{GLUE_DETAIL_TYPE!r} and S3 'Object Created' (check the rule's event pattern)"
+            f"{GLUE_DETAIL_TYPE!r}, S3 'Object Created' and {BatchJobDeferred.detail_type!r} (check the rule's event "
+            "pattern)"
         )
     if "action" in event:
         manual = _validate(event, ManualInvoke, "manual invoke")

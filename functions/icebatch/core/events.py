@@ -183,8 +183,22 @@ class BatchJobFailed(_Detail):
     failed_at: Timestamp
 
 
+class BatchJobDeferred(_Detail):
+    """A run given no model (rows deleted or rewritten, none added) found rows whose content changed: it committed
+    nothing, and the launcher launches the range's next attempt, with the model, as soon as this arrives."""
+
+    detail_type: ClassVar[str] = "Batch Job Deferred"
+    run_id: RunId
+    consumer: ConsumerName
+    source_table: TableName
+    range: SnapshotRange
+    rows_for_the_model: int = Field(ge=0, description="Rows of the range whose content changed")
+    rayjob_name: Name | None = Field(default=None, description="The job that deferred (it has ended)")
+    deferred_at: Timestamp
+
+
 DETAIL_MODELS: dict[str, type[_Detail]] = {
-    m.detail_type: m for m in (BatchJobSubmitted, BatchJobCompleted, BatchJobFailed)
+    m.detail_type: m for m in (BatchJobSubmitted, BatchJobCompleted, BatchJobFailed, BatchJobDeferred)
 }
 
 

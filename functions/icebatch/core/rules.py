@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from icebatch.core.events import EVENT_SOURCE, BatchJobCompleted, BatchJobFailed
+from icebatch.core.events import EVENT_SOURCE, BatchJobCompleted, BatchJobDeferred, BatchJobFailed
 
 GLUE_DETAIL_TYPE = "Glue Data Catalog Table State Change"
 # A commit through an Iceberg catalog on Glue (pyiceberg, Spark, Trino, Athena) replaces the table's
@@ -28,6 +28,12 @@ PATTERNS: dict[str, dict[str, Any]] = {
     "reporter": {
         "source": [EVENT_SOURCE],
         "detail-type": [BatchJobCompleted.detail_type, BatchJobFailed.detail_type],
+        "detail": {"deployment": ["${AWS::StackName}"]},
+    },
+    # a run given no model that found changed rows: the range's next attempt, with the model, at once
+    "launcher-deferred-run": {
+        "source": [EVENT_SOURCE],
+        "detail-type": [BatchJobDeferred.detail_type],
         "detail": {"deployment": ["${AWS::StackName}"]},
     },
     "launcher-glue-table-change": {
