@@ -8,7 +8,9 @@ overwrite or upsert: 990 unchanged copies, 10 changed). Timed in one process, in
 - ``removals`` (``identity.removals``: verdicts of ids gone from the source, and superseded ones) against
   reading the source's id column and the results' ids once (what finding deleted rows must read);
 - ``hash``: ``identity.content_hashes`` per row (every read row pays it, append-only ranges too), beside the
-  same rows' Parquet read.
+  same rows' Parquet read;
+- ``repeats`` (``work.repeats``: whether an append-only range of 1,000 new rows repeats an id, as every run over
+  ids that do not grow asks before it starts) against the same floor as ``lookup``.
 
 Peak RSS is the process's. ``python -m bench.content_identity [--sizes 1000000,10000000] [--repeats 3]``
 """
@@ -79,13 +81,31 @@ def timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - t, out
 
 
+def appended_range(source: Any, rows: int) -> Any:
+    """A range of ``RANGE`` new rows appended past the labelled ones, planned as the job plans it."""
+    from icebatch.core.ledger import RunPlan
+    from icebatch_job.plan.source import plan_range
+
+    before = source.metadata.current_snapshot()
+    ids = np.arange(rows, rows + RANGE, dtype=np.int64)
+    source.append(pa.table({"id": ids, "text": pa.array([f"ticket text number {i}" for i in ids.tolist()])}))
+    source = source.refresh()
+    plan = RunPlan(run_id="bench-run-3", consumer="bench", task="bench", task_version=1, source_table="bench.items",
+                   results_table="bench.items_results", from_snapshot_exclusive=before.snapshot_id,
+                   to_snapshot_inclusive=source.metadata.current_snapshot_id, expected_rows=RANGE, snapshots=1,
+                   scan_from_exclusive=before.snapshot_id, from_sequence_number=before.sequence_number)  # fmt: skip
+    return plan_range(source, plan, ("id", "text"))
+
+
 def measure(source: Any, results: Any, rows: int, repeats: int) -> dict[str, Any]:
     from icebatch_job.commit.done import DoneRows
     from icebatch_job.plan.identity import removals, unchanged
+    from icebatch_job.plan.work import repeats as repeated
 
     batch = candidates(rows)
     end = source.metadata.current_snapshot_id
-    floors, lookups, floors2, removes = [], [], [], []
+    appended = appended_range(source, rows)
+    floors, lookups, floors2, removes, checks = [], [], [], [], []
     labelled = [str(i) for i in batch.column("id").to_pylist()[:CHANGED]]
     for _ in range(repeats):  # interleaved, so that machine noise hits all alike
         floors.append(timed(lambda: results.scan(selected_fields=("source_id",)).to_arrow())[0])
@@ -97,10 +117,14 @@ def measure(source: Any, results: Any, rows: int, repeats: int) -> dict[str, Any
         seconds, removed = timed(lambda: removals(source, end, "id", results, "bench-run-2", 1, labelled))
         removes.append(seconds)
         assert (len(removed.gone), len(removed.superseded)) == (0, CHANGED), removed
+        seconds, again = timed(lambda: repeated(appended, results, 1, "bench-run-3"))
+        checks.append(seconds)
+        assert again is False
     return {
         "rows": rows, "floor_lookup_s": median(floors), "lookup_s": median(lookups),
         "lookup_over_floor": median(lookups) / median(floors), "floor_removals_s": median(floors2),
         "removals_s": median(removes), "removals_over_floor": median(removes) / median(floors2),
+        "repeats_s": median(checks), "repeats_over_floor": median(checks) / median(floors),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }  # fmt: skip
 
@@ -133,11 +157,12 @@ def main() -> None:
         sizes.append(measure(source, results, rows, args.repeats))
         hashing = hash_cost(source, args.repeats)
     out: list[tuple[str, ...]] = [("verdicts", "read ids", "lookup", "lookup / floor", "read both ids", "removals",
-                                   "removals / floor", "peak RSS")]  # fmt: skip
+                                   "removals / floor", "repeats", "repeats / floor", "peak RSS")]  # fmt: skip
     for r in sizes:
         out.append((f"{r['rows']:,}", f"{r['floor_lookup_s']:.2f} s", f"{r['lookup_s']:.2f} s",
                     f"{r['lookup_over_floor']:.2f}", f"{r['floor_removals_s']:.2f} s", f"{r['removals_s']:.2f} s",
-                    f"{r['removals_over_floor']:.2f}", f"{r['peak_rss_mb']:.0f} MB"))  # fmt: skip
+                    f"{r['removals_over_floor']:.2f}", f"{r['repeats_s']:.2f} s", f"{r['repeats_over_floor']:.2f}",
+                    f"{r['peak_rss_mb']:.0f} MB"))  # fmt: skip
     path = write("content_identity", {"repeats": args.repeats, "range_rows": RANGE, "changed": CHANGED,
                                       "sizes": sizes, "hashing": hashing})  # fmt: skip
     print(table(out))

@@ -176,6 +176,13 @@ def render() -> str:
                 f"{size['removals_s']:.2f} s (peak RSS {size['peak_rss_mb']:.0f} MB) | "
                 f"{size['lookup_over_floor']:.2f}, {size['removals_over_floor']:.2f} | |"
             )
+            if "repeats_s" in size:
+                lines.append(
+                    f"| before a run over {ident['range_rows']:,} appended rows whose ids do not grow, "
+                    f"{size['rows']:,} verdicts: does it repeat an id? | read the verdicts' ids: "
+                    f"{size['floor_lookup_s']:.2f} s | "
+                    f"{size['repeats_s']:.2f} s | {size['repeats_over_floor']:.2f} | |"
+                )
         h = ident["hashing"]
         lines.append(
             f"| content hash of every row read (append-only ranges too) | Parquet read: {h['read_us_per_row']:.2f} "
