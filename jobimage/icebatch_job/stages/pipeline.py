@@ -22,6 +22,7 @@ from icebatch.core.settings import Settings
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.columns import SMALL_CPU
+from icebatch_job.process.amx import EXTENSION as AMX_EXTENSION
 from icebatch_job.process.engine_processes import process_start_on
 from icebatch_job.stages.parse import ResultParser
 from icebatch_job.stages.prompts import PromptStage
@@ -101,6 +102,8 @@ def engine_config(settings: Settings, model_source: str, device: str, *, native_
         "enforce_eager": settings.engine.enforce_eager
         if settings.engine.enforce_eager is not None
         else device == "cpu",
+        # the model worker asks for AMX tiles before vLLM's CPU attention uses them (SIGILL otherwise)
+        "worker_extension_cls": AMX_EXTENSION,
     }
     if settings.engine.structured_output:
         # guidance keeps strings free of raw control characters (xgrammar let ~15 % through on CPU)
