@@ -43,6 +43,14 @@ def _ledger(settings: Settings) -> ResultsLedger:
     return open_ledger(settings, triage(settings))
 
 
+def _labelled(settings: Settings, n: int) -> ResultsLedger:
+    """A consumer that labelled its source's first ``n`` rows."""
+    ledger = _ledger(settings)
+    _append(ledger, n, seed=1)
+    run_once(ledger)
+    return ledger
+
+
 def _append(ledger: ResultsLedger, n: int, seed: int) -> int:
     return append_tickets(ledger.source(), generate_tickets(n, random.Random(seed)))
 
@@ -144,9 +152,7 @@ def test_the_planned_files_are_the_appended_or_the_live_ones_for_every_range(set
 
 def test_a_run_over_thousands_of_snapshots_labels_each_row_once(settings: Settings) -> None:
     # given a processed source, then 1,000 streaming checkpoints among new rows
-    ledger = _ledger(settings)
-    _append(ledger, 10, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 10)
     add_empty_appends(ledger.source(), 500, seed=1)
     _append(ledger, 4, seed=2)
     add_empty_appends(ledger.source(), 500, seed=2)
@@ -237,9 +243,7 @@ def test_after_a_reset_onto_the_new_source_every_new_row_is_labelled_once(
 
 def test_a_reset_of_a_source_that_was_not_replaced_refuses_new_source(settings: Settings) -> None:
     # given a consumer that labelled its source, which is still the same table
-    ledger = _ledger(settings)
-    _append(ledger, 5, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 5)
     # when a reset claims the source was replaced, then it is refused (nothing would be followed anew)
     with pytest.raises(Exception, match="leave --new-source out"):
         ledger.reset(None, reason="x", new_source="drop-results")
@@ -260,9 +264,7 @@ def _labelled_alone(settings: Settings, home: Path, monkeypatch: pytest.MonkeyPa
     """Triage, the only consumer (for commands run in this process too), has labelled 6 rows of its source."""
     settings = _only_triage(settings, home)
     monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(settings.launch.consumers_file))
-    ledger = _ledger(settings)
-    _append(ledger, 6, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 6)
     return settings, ledger
 
 
@@ -275,9 +277,7 @@ def _summaries(ledger: ResultsLedger) -> dict[str, str]:
 
 def test_renamed_prompt_columns_are_still_read(settings: Settings) -> None:
     # given a consumer that labelled its source's rows
-    ledger = _ledger(settings)
-    _append(ledger, 6, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 6)
     # when the source renames two columns the prompt reads (the id column among them), and new rows arrive
     with ledger.source().update_schema() as update:
         update.rename_column("subject", "title")
@@ -330,9 +330,7 @@ def test_a_dropped_prompt_column_is_refused_before_any_job(
 
 def test_a_column_dropped_and_added_again_is_refused_until_a_reset_records_it(settings: Settings) -> None:
     # given a consumer that labelled its source's rows
-    ledger = _ledger(settings)
-    _append(ledger, 6, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 6)
     watermark = ledger.watermark().source_snapshot_id
     # when a prompt column is dropped and added again under the same name (a new field id: another type)
     with ledger.source().update_schema() as update:
@@ -370,9 +368,7 @@ def test_a_misspelt_column_is_refused_before_the_first_run(settings: Settings, t
 
 def test_added_and_widened_columns_and_a_new_partition_spec_change_nothing(settings: Settings) -> None:
     # given a consumer that labelled its source's rows
-    ledger = _ledger(settings)
-    _append(ledger, 6, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 6)
     # when the source gains a column, widens it, and is partitioned anew, and rows arrive in the new layout
     with ledger.source().update_schema() as update:
         update.add_column("priority", IntegerType())
@@ -398,6 +394,20 @@ def _verdicts(ledger: ResultsLedger) -> list[dict[str, Any]]:
     return table.scan(selected_fields=("source_id", "run_id", "summary")).to_arrow().to_pylist()
 
 
+def _runs_of(ledger: ResultsLedger) -> dict[str, str]:
+    """Each verdict's run, by source id (an id with two verdicts is caught by ``_every_live_row_once``)."""
+    return {v["source_id"]: v["run_id"] for v in _verdicts(ledger)}
+
+
+def _only_new_rows_sent(ledger: ResultsLedger, run: Any, *, new: int, first: dict[str, str], unchanged: int) -> None:
+    """The run sent ``new`` rows to the model; every live row has one verdict, the ``first`` ones from their first
+    run, and the run's commit counts ``unchanged`` rows it did not send."""
+    assert run is not None and run.stats.rows == new
+    _every_live_row_once(ledger)
+    assert {i: r for i, r in _runs_of(ledger).items() if i in first} == first
+    assert _summary(ledger)["icebatch.rows-unchanged"] == str(unchanged)
+
+
 def _summary(ledger: ResultsLedger) -> dict[str, str]:
     table = ledger.results()
     assert table is not None and table.current_snapshot() is not None
@@ -408,9 +418,7 @@ def test_verdicts_of_rows_deleted_from_the_source_are_removed_by_the_next_run(an
     from pyiceberg.expressions import In
 
     # given a consumer that labelled its source's 12 rows
-    ledger = _ledger(any_settings)
-    _append(ledger, 12, seed=1)
-    run_once(ledger)
+    ledger = _labelled(any_settings, 12)
     # when three rows are deleted from the source (pyiceberg: copy-on-write) and nothing new arrives
     gone = source_ids(ledger)[:3]
     ledger.source().delete(In("ticket_id", gone))
@@ -427,9 +435,7 @@ def test_a_row_deleted_before_its_run_is_never_sent_to_the_model(settings: Setti
     from pyiceberg.expressions import In
 
     # given a labelled source, then ten new rows of which two are deleted before any run sees them
-    ledger = _ledger(settings)
-    _append(ledger, 5, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 5)
     before = set(source_ids(ledger))
     _append(ledger, 10, seed=2)
     erased = sorted(set(source_ids(ledger)) - before)[:2]
@@ -444,29 +450,22 @@ def test_a_row_deleted_before_its_run_is_never_sent_to_the_model(settings: Setti
 
 def test_an_overwrite_with_the_same_rows_sends_nothing_again(any_settings: Settings) -> None:
     # given a consumer that labelled its source's 20 rows
-    ledger = _ledger(any_settings)
-    _append(ledger, 20, seed=1)
-    run_once(ledger)
-    labelled = {r["source_id"]: r["run_id"] for r in _verdicts(ledger)}
+    ledger = _labelled(any_settings, 20)
+    labelled = _runs_of(ledger)
     # when the whole table is overwritten with the same rows (truncate and reload in one commit), plus two new rows
     source = ledger.source()
     source.overwrite(source.scan().to_arrow())
     _append(ledger, 2, seed=2)
     run = run_once(ledger)
     # then only the two new rows went to the model, and the 20 keep their first verdict
-    assert run is not None and run.stats.rows == 2
-    _every_live_row_once(ledger)
-    assert {i: r for i, r in ((v["source_id"], v["run_id"]) for v in _verdicts(ledger)) if i in labelled} == labelled
-    assert _summary(ledger)["icebatch.rows-unchanged"] == "20"
+    _only_new_rows_sent(ledger, run, new=2, first=labelled, unchanged=20)
 
 
 def test_an_upsert_relabels_the_changed_rows_and_supersedes_their_verdicts(any_settings: Settings) -> None:
     import pyarrow.compute as pc
 
     # given a consumer that labelled its source's 10 rows
-    ledger = _ledger(any_settings)
-    _append(ledger, 10, seed=1)
-    run_once(ledger)
+    ledger = _labelled(any_settings, 10)
     # when two rows are updated (new subjects) and one inserted by pyiceberg's upsert, with three unchanged rows
     source = ledger.source()
     rows = source.scan().to_arrow().sort_by("ticket_id")
@@ -492,9 +491,7 @@ def test_merge_on_read_position_deletes_are_followed(settings: Settings) -> None
 
     # given a consumer that labelled 10 rows, then 5 new rows, and a merge-on-read delete (a position delete file,
     # as Spark writes one) of one labelled row and one new row
-    ledger = _ledger(settings)
-    _append(ledger, 10, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 10)
     labelled = set(ledger_ids(ledger))
     _append(ledger, 5, seed=2)
     new = sorted(set(source_ids(ledger)) - labelled)
@@ -516,9 +513,7 @@ def test_a_run_over_deletes_killed_part_way_resumes_without_loss_or_repeat(setti
     from tests.support.runs import Crash, dies_after
 
     # given a labelled source, then 30 new rows, some old and new rows deleted, and an overwrite of the same rows
-    ledger = _ledger(settings)
-    _append(ledger, 10, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 10)
     first = set(ledger_ids(ledger))
     _append(ledger, 30, seed=2)
     ledger.source().delete(In("ticket_id", source_ids(ledger)[::7]))
@@ -708,9 +703,7 @@ def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(setti
     # given a consumer that labelled 10 rows; then 5 new rows appended, and, as Flink's upsert mode commits them,
     # an upsert (two labelled rows changed, one labelled row unchanged, one new row) and a delete of one labelled
     # row and one of the 5 new ones: data files and equality delete files on the key, which pyiceberg cannot read
-    ledger = _ledger(settings)
-    _append(ledger, 10, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 10)
     first = _summaries(ledger)
     labelled = sorted(first)
     before = set(labelled)
@@ -819,9 +812,7 @@ def test_a_run_part_way_through_whose_end_expired_on_a_v1_source_says_what_is_lo
     catalog = open_catalog(settings)
     catalog.create_namespace_if_not_exists("support")
     catalog.create_table(settings.catalog.source_table, schema=ticket_schema(), properties={"format-version": "1"})
-    ledger = _ledger(settings)
-    _append(ledger, 4, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 4)
     _append(ledger, 12, seed=2)
     with pytest.raises(Crash):
         run_once(ledger, transform=dies_after(6), chunk_rows=5)
@@ -846,10 +837,8 @@ def _tickets(first: int, n: int, seed: int) -> list[dict[str, Any]]:
 
 def test_a_writers_retry_appending_labelled_rows_again_sends_nothing_again(any_settings: Settings) -> None:
     # given a consumer that labelled its source's 10 rows (random ids: no order to tell new ones by)
-    ledger = _ledger(any_settings)
-    _append(ledger, 10, seed=1)
-    run_once(ledger)
-    labelled = {r["source_id"]: r["run_id"] for r in _verdicts(ledger)}
+    ledger = _labelled(any_settings, 10)
+    labelled = _runs_of(ledger)
     # when a writer retries its commit (the same 10 rows appended again) and then appends 2 new rows, one of them
     # twice in the same range
     rows = ledger.source().scan().to_arrow()
@@ -859,19 +848,14 @@ def test_a_writers_retry_appending_labelled_rows_again_sends_nothing_again(any_s
     append_tickets(ledger.source(), new[:1])
     run = run_once(ledger)
     # then only the 2 new rows went to the model, once each, and the 10 keep their first verdict
-    assert run is not None and run.stats.rows == 2
-    _every_live_row_once(ledger)
-    assert {i: r for i, r in ((v["source_id"], v["run_id"]) for v in _verdicts(ledger)) if i in labelled} == labelled
-    assert _summary(ledger)["icebatch.rows-unchanged"] == "11"
+    _only_new_rows_sent(ledger, run, new=2, first=labelled, unchanged=11)
 
 
 def test_a_row_appended_again_with_new_content_gets_a_verdict_that_replaces_the_old(settings: Settings) -> None:
     import pyarrow.compute as pc
 
     # given a consumer that labelled its source's 6 rows
-    ledger = _ledger(settings)
-    _append(ledger, 6, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 6)
     # when one of them is appended again with a new subject (an append-only writer's update)
     row = ledger.source().scan().to_arrow().sort_by("ticket_id").slice(0, 1)
     edited = row.set_column(row.schema.get_field_index("subject"), "subject",
@@ -889,9 +873,7 @@ def test_a_run_over_rows_appended_again_killed_part_way_resumes_without_a_second
     from tests.support.runs import Crash, dies_after
 
     # given a labelled source, then 12 new rows, each appended twice (the second a retry of the first commit)
-    ledger = _ledger(settings)
-    _append(ledger, 6, seed=1)
-    run_once(ledger)
+    ledger = _labelled(settings, 6)
     new = generate_tickets(12, random.Random(2))
     append_tickets(ledger.source(), new)
     append_tickets(ledger.source(), new)
