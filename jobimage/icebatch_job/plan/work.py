@@ -47,7 +47,8 @@ def plan_work(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Tabl
     skip = progress.done.union(planned.deleted) if len(planned.deleted) else progress.done
     # a first run's rows are matched among themselves only (a reset that moves back labels its range again)
     verdicts = None if planned.whole and not planned.deletes else ledger.results()
-    if planned.ids_may_repeat and repeats(planned, verdicts, task.version, plan.run_id):
+    resumed = plan.run_id if plan.resume is not None else None
+    if planned.ids_may_repeat and repeats(planned, verdicts, task.version, resumed):
         planned = replace(planned, rewrites=True)  # ids appended again: matched by content, as a rewrite is
     if not planned.rewrites:
         return plan, Work(planned, progress, skip, planned.rows)
@@ -58,14 +59,15 @@ def plan_work(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Tabl
     return replace(plan, expected_rows=rows), work
 
 
-def repeats(planned: PlannedRange, results: Table | None, task_version: int, run_id: str) -> bool:
+def repeats(planned: PlannedRange, results: Table | None, task_version: int, run_id: str | None) -> bool:
     """Whether an append-only range repeats an id: twice among its live rows (done ones too: every attempt of a run
-    must decide alike), or one with a verdict of ``task_version`` from another run (a writer that retried a commit).
+    must decide alike), or one with a verdict of ``task_version`` from a run other than ``run_id`` (the run resumed;
+    None: a run's first attempt, which has none) -- a writer that retried a commit.
     Reads the range's id column and the results' ids of the task version (``id_bounds`` spares this where the ids
     grow)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyiceberg.expressions import And, EqualTo, NotEqualTo
+    from pyiceberg.expressions import EqualTo
 
     id_name = planned.content[0]
     only_ids = replace(planned, content=(), schema=planned.schema.select(id_name))  # no content hash: ids alone
@@ -77,10 +79,13 @@ def repeats(planned: PlannedRange, results: Table | None, task_version: int, run
     if results is None or results.current_snapshot() is None:
         return False
     equal_to: Any = EqualTo  # the pydantic mypy plugin misreads these expressions' own __init__
-    not_equal_to: Any = NotEqualTo
-    labelled = results.scan(row_filter=And(equal_to("task_version", task_version), not_equal_to("run_id", run_id)),
-                            selected_fields=("source_id",)).to_arrow().column(0)  # fmt: skip
-    return bool(pc.any(pc.is_in(mine, value_set=labelled.combine_chunks())).as_py())
+    columns = ("source_id", "run_id") if run_id else ("source_id",)  # a run's first attempt has no verdict yet
+    labelled = results.scan(row_filter=equal_to("task_version", task_version), selected_fields=columns).to_arrow()
+    # the range's ids are the small set: the results' ids are looked up in it, not the other way round
+    hits = labelled.filter(pc.is_in(labelled.column("source_id"), value_set=pc.unique(mine)))
+    if not run_id:
+        return bool(hits.num_rows)
+    return bool(hits.num_rows) and bool(pc.any(pc.not_equal(hits.column("run_id"), run_id)).as_py())
 
 
 def last_commit(
