@@ -30,6 +30,22 @@ def test_without_runs_the_estimate_uses_the_documented_priors() -> None:
     assert e.usd == pytest.approx(e.gpu_hours * 3.6) and "pace: priors" in e.basis
 
 
+def test_without_runs_the_tokens_are_the_prompt_plus_the_configured_row_prior() -> None:
+    # given a consumer with no run of its task version, on a deployment whose rows are long documents
+    settings = Settings(row_tokens_prior=4000)
+    task = CONSUMER.task
+    prompt = (len(task.system_prompt) + len(task.user_template)) / 4
+    # when 100 rows are estimated
+    e = estimate_run(100, CONSUMER, [], settings)
+    # then each row is its prompt plus the configured 4,000 tokens in, and the schema's bound out, and it says so
+    assert e.input_tokens == round((prompt + 4000) * 100)
+    assert e.output_tokens == task.max_tokens * 100
+    assert "4000 tokens of row" in e.basis
+    # and once the task version has runs, their measure replaces the prior
+    measured = estimate_run(100, CONSUMER, [run()], settings)
+    assert measured.input_tokens == 300 * 100 and "measured over the last 1 run(s)" in measured.basis
+
+
 def test_the_pace_is_measured_from_the_consumers_last_runs() -> None:
     # given two runs of the task version: 1,000 rows streamed in 30 s after a 20 s engine start, 70 s in all
     runs = [run(), run(), run(version=2, rows=10, engine=500, startup=0, job=500)]  # another version's: ignored

@@ -4,8 +4,8 @@ From metadata and the ledger only (the launcher never reads data files):
 
 - **rows**: the backlog (or a backfill's whole range);
 - **tokens per row**: measured by the consumer's last committed runs of the same task version; without
-  such history, a prior from the task: its prompt at ~4 characters a token plus ``PRIOR_TEXT_TOKENS`` of
-  row text in, ``max_tokens`` out (the schema's bound: an upper estimate);
+  such history, a prior from the task: its prompt at ~4 characters a token plus ``ICEBATCH_ROW_TOKENS_PRIOR``
+  of the row's columns in, ``max_tokens`` out (the schema's bound: an upper estimate);
 - **GPU-hours**: rows at the consumer's measured throughput per GPU (its last runs of the task version:
   rows over the engine's streaming time after its start-up), plus each GPU's fixed share — the measured
   start-up and commit time of a run (its lifetime less the streaming) — and, on the kuberay backend, the
@@ -27,7 +27,6 @@ from icebatch.core.ledger.summary import Key, RunRecord, RunTotals
 from icebatch.core.settings import Settings
 
 CHARS_PER_TOKEN = 4
-PRIOR_TEXT_TOKENS = 250  # a support ticket's subject and body, about 1,000 characters
 HISTORY_RUNS = 5
 
 
@@ -67,8 +66,9 @@ def gpus_for(rows: int, consumer: Consumer, settings: Settings) -> int:
     return max(1, min(consumer.max_gpus, math.ceil(rows / per_gpu)))
 
 
-def tokens_per_row(consumer: Consumer, runs: Sequence[RunRecord]) -> tuple[float, float, str]:
-    """(input, output) tokens per row, and the basis: measured history, else the task's prior."""
+def tokens_per_row(consumer: Consumer, runs: Sequence[RunRecord], row_prior: int) -> tuple[float, float, str]:
+    """(input, output) tokens per row, and the basis: measured history, else the task's prompt plus ``row_prior``
+    tokens of the row's columns in and ``max_tokens`` out."""
     done = [r for r in runs if r.task_version == consumer.task_version and not r.is_reset and r.number(Key.ROWS) > 0][
         :HISTORY_RUNS
     ]
@@ -79,7 +79,8 @@ def tokens_per_row(consumer: Consumer, runs: Sequence[RunRecord]) -> tuple[float
         return tin, tout, f"measured over the last {len(done)} run(s), {int(rows):,} rows"
     task = consumer.task
     prompt = (len(task.system_prompt) + len(task.user_template)) / CHARS_PER_TOKEN
-    return prompt + PRIOR_TEXT_TOKENS, float(task.max_tokens), "task prior (no run of this task version yet)"
+    basis = f"task prior (no run of this task version yet: its prompt + {row_prior} tokens of row, max_tokens out)"
+    return prompt + row_prior, float(task.max_tokens), basis
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def pace(consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> P
 
 def estimate_run(rows: int, consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> Estimate:
     billing = settings.billing()
-    tin, tout, basis = tokens_per_row(consumer, runs)
+    tin, tout, basis = tokens_per_row(consumer, runs, settings.launch.row_tokens_prior)
     gpus = gpus_for(rows, consumer, settings)
     tail = (
         settings.cluster.job_ttl_seconds + settings.cluster.karpenter_consolidate_seconds

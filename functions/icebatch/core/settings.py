@@ -204,6 +204,14 @@ class LaunchSettings(Section):
         description="What an estimate assumes one GPU worker's start-up costs (node, image, model load, engine) "
         "until the consumer has runs of its task version to measure it from.",
     )
+    row_tokens_prior: int = Field(
+        default=250,
+        ge=0,
+        le=1_000_000,
+        description="What an estimate assumes the input columns of one row add to its prompt, in tokens (about 4 "
+        "characters each), until the consumer has runs of its task version to measure it from. The default, 250, "
+        "is about 1,000 characters: a short message and its subject.",
+    )
     target_job_hours: float = Field(
         default=1.0, gt=0, le=168, description="Size the worker group so the backlog drains in about this long."
     )
