@@ -16,7 +16,8 @@ pytestmark = pytest.mark.contract
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").rglob("*.md"))
-DOCUMENTS = [README, *PAGES]
+EXAMPLES = sorted((ROOT / "examples").glob("*/README.md"))
+DOCUMENTS = [README, *PAGES, *EXAMPLES]
 
 
 def test_the_readme_is_a_front_page_whose_links_lead_somewhere() -> None:
@@ -48,13 +49,14 @@ def _documented_commands() -> list[tuple[str, str]]:
 
 def test_the_documents_show_commands() -> None:
     where = {doc for doc, _ in _documented_commands()}
-    assert where == {"README.md", "docs/tutorial.md", "docs/operating.md"}, (
+    assert where == {"README.md", "docs/tutorial.md", "docs/operating.md", "examples/product-reviews/README.md"}, (
         "a page's commands need a test that runs them"
     )
 
 
 def test_the_readmes_commands_are_the_tutorials_which_run_in_a_test() -> None:
-    # tests/e2e/test_tutorial.py runs the tutorial's; tests/functional/test_operating_commands.py the operating page's
+    # tests/e2e/test_tutorial.py runs the tutorial's; tests/functional/test_operating_commands.py the operating page's;
+    # tests/e2e/test_reviews_example.py the product-reviews example's
     commands = _documented_commands()
     readme = {" ".join(shlex.split(line)) for doc, line in commands if doc == "README.md"}
     tutorial = {" ".join(shlex.split(line)) for doc, line in commands if doc == "docs/tutorial.md"}
@@ -77,7 +79,8 @@ def test_documented_commands_parse(doc: str, line: str) -> None:
 
 def _with_values(args: list[str]) -> list[str]:
     needs_value = {"--tickets": "10", "--batches": "2", "--seed": "1", "--limit": "5", "--to-snapshot": "1",
-                   "--reason": "r", "--event": "f.json", "--trigger": "manual", "--consumer": "triage"}  # fmt: skip
+                   "--reason": "r", "--event": "f.json", "--trigger": "manual", "--consumer": "triage",
+                   "--where": "status = 'ok'"}  # fmt: skip
     out: list[str] = []
     for i, a in enumerate(args):
         out.append(a)

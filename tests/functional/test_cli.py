@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -324,6 +326,56 @@ def test_results_shows_the_verdicts_and_how_to_query_them_elsewhere(tmp_path: Pa
         icebatch(tmp_path, "results", "--consumer", "triage", "--status", "invalid_output", "--json").stdout
     )
     assert none["rows"] == []
+
+
+def test_results_show_each_verdict_with_the_columns_its_prompt_read_and_filter_on_both(tmp_path: Path) -> None:
+    from icebatch.core.catalog import open_catalog
+    from icebatch.core.ledger import open_ledger
+    from icebatch.core.settings import Settings
+
+    from tests.support.consumers import triage
+    from tests.support.runs import run_once
+
+    # given 30 labelled tickets
+    icebatch(tmp_path, "generate", "--tickets", "30")
+    settings = Settings(home=tmp_path)
+    assert run_once(open_ledger(settings, triage(settings))) is not None
+    source = {str(r["ticket_id"]): r for r in open_catalog(settings).load_table("support.tickets").scan().to_arrow()
+              .to_pylist()}  # fmt: skip
+
+    def shown(*args: str) -> list[dict[str, str]]:
+        out = icebatch(tmp_path, "results", "--consumer", "triage", "--limit", "100", "--format", "csv", *args)
+        assert out.returncode == 0, out.stderr
+        return list(csv.DictReader(io.StringIO(out.stdout)))
+
+    # when a user asks for the verdicts as CSV, then each row carries its source row's prompt columns, by id
+    rows = shown()
+    assert [r["source_id"] for r in rows] == sorted(source)
+    assert list(rows[0])[:3] == ["source_id", "status", "sentiment"] and list(rows[0])[-2:] == ["error", "run_id"]
+    for r in rows:  # (CSV writes a null as an empty cell)
+        row = source[r["source_id"]]
+        assert (r["subject"], r["body"], r["channel"]) == tuple(row[c] or "" for c in ("subject", "body", "channel"))
+    # when filtered on a verdict column, then only the verdicts it keeps, still with their prompt columns
+    urgency = rows[0]["urgency"]
+    urgent = shown("--where", f"urgency = '{urgency}'")
+    assert urgent and [r["source_id"] for r in urgent] == [r["source_id"] for r in rows if r["urgency"] == urgency]
+    assert all(r["subject"] == source[r["source_id"]]["subject"] for r in urgent)
+    # when filtered on a prompt column and a verdict column, then the rows both keep
+    assert len({r["urgency"] for r in rows}) > 1, "the labeller gave every ticket one urgency: no filter to test"
+    channel = next(r["channel"] for r in rows if r["urgency"] != urgency)
+    both = shown("--where", f"channel = '{channel}' and urgency != '{urgency}'")
+    expected = [r["source_id"] for r in rows if r["channel"] == channel and r["urgency"] != urgency]
+    assert [r["source_id"] for r in both] == expected and expected
+    # and --limit takes the first rows by id
+    assert [r["source_id"] for r in shown("--limit", "3")] == sorted(source)[:3]
+    # when the filter names no column of either table, or does not parse, then one line says so (exit 2)
+    for bad, said in (("urgncy = 'high'", "urgncy"), ("urgency === 'high'", "does not parse")):
+        out = icebatch(tmp_path, "results", "--consumer", "triage", "--where", bad)
+        assert out.returncode == 2 and out.stdout == "" and said in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    # and two output forms at once are refused
+    both_forms = icebatch(tmp_path, "results", "--consumer", "triage", "--json", "--format", "csv")
+    assert both_forms.returncode == 2 and "not allowed with" in both_forms.stderr
 
 
 def test_the_handlers_json_records_stay_off_the_terminal_unless_asked(tmp_path: Path) -> None:
