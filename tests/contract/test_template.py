@@ -49,16 +49,30 @@ def test_nightly_schedule_equals_the_eventbridge_folder() -> None:
     assert nightly["ScheduleExpressionTimezone"] == spec["ScheduleExpressionTimezone"]
 
 
-def _statements() -> list[dict[str, Any]]:
+def _catalog(statements: list[Any], s3tables: bool | None) -> list[dict[str, Any]]:
+    """The statements a stack of that ``Catalog`` has (``!If [UseS3Tables, ...]`` chosen), or both kinds' (None)."""
+    found = []
+    for s in statements:
+        if "Fn::If" not in s:
+            found.append(s)
+            continue
+        condition, when, otherwise = s["Fn::If"]
+        assert condition == "UseS3Tables", s
+        branches = [when, otherwise] if s3tables is None else [when if s3tables else otherwise]
+        found += [b for b in branches if b != {"Ref": "AWS::NoValue"}]
+    return found
+
+
+def _statements(s3tables: bool | None = None) -> list[dict[str, Any]]:
     found = []
     for fn in FUNCTIONS.values():
         for policy in fn["Properties"].get("Policies", []):
             if isinstance(policy, dict) and "Statement" in policy:
-                found += policy["Statement"]
+                found += _catalog(policy["Statement"], s3tables)
     for res in RESOURCES.values():
         doc = res.get("Properties", {}).get("PolicyDocument")
         if doc:
-            found += doc["Statement"]
+            found += _catalog(doc["Statement"], s3tables)
     return found
 
 
@@ -70,7 +84,8 @@ def test_no_wildcard_actions_and_scoped_resources() -> None:
         resources = statement.get("Resource", [])
         for resource in resources if isinstance(resources, list) else [resources]:
             assert resource != "*", statement
-    launcher = {s["Sid"]: s for s in FUNCTIONS["LauncherFunction"]["Properties"]["Policies"][0]["Statement"]}
+    launcher = {s["Sid"]: s for s in _catalog(FUNCTIONS["LauncherFunction"]["Properties"]["Policies"][0]["Statement"],
+                                              s3tables=False)}  # fmt: skip
     assert launcher["DescribeTheCluster"]["Action"] == ["eks:DescribeCluster"]
     assert "${ClusterName}" in launcher["DescribeTheCluster"]["Resource"]["Fn::Sub"]
     # the launcher reads table metadata, never data files
@@ -183,7 +198,7 @@ def test_the_job_has_its_own_least_privilege_identity() -> None:
     role = RESOURCES["JobRole"]["Properties"]
     [trust] = role["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    statements = {s["Sid"]: s for s in role["Policies"][0]["PolicyDocument"]["Statement"]}
+    statements = {s["Sid"]: s for s in _catalog(role["Policies"][0]["PolicyDocument"]["Statement"], s3tables=False)}
     assert statements["ReportCompletionAndFailure"]["Condition"] == {"StringEquals": {"events:source": ["icebatch"]}}
     writes = statements["WriteTheResultsTable"]["Resource"]["Fn::Sub"]
     assert writes.endswith("${WarehouseBucket}/${ResultsTablesPrefix}*_results/*")
@@ -228,3 +243,110 @@ def test_the_deploy_steps_name_only_parameters_the_shipped_configuration_sets() 
     listed = re.search(r'\("Batch Job Submitted".*?\)', events, flags=re.S)
     assert listed is not None
     assert {n.lower().replace(" ", "-") for n in re.findall(r'"([^"]+)"', listed.group(0))} == schemas
+
+
+# What S3 Tables' Iceberg REST endpoint asks of the caller for each call a role makes (the AWS S3 user guide,
+# "Accessing tables using the Amazon S3 Tables Iceberg REST endpoint": its table of REST operations and IAM actions)
+_REST_ACTIONS = {
+    "getConfig": {"s3tables:GetTableBucket"},
+    "loadNamespaceMetadata": {"s3tables:GetNamespace"},
+    "tableExists": {"s3tables:GetTable"},
+    "loadTable": {"s3tables:GetTableMetadataLocation", "s3tables:GetTableData"},
+    "createTable": {"s3tables:CreateTable", "s3tables:PutTableData"},
+    "updateTable": {"s3tables:UpdateTableMetadataLocation", "s3tables:PutTableData", "s3tables:GetTableData"},
+}
+_BUCKET = "arn:${AWS::Partition}:s3tables:${AWS::Region}:${AWS::AccountId}:bucket/${TableBucketName}"
+_CALLS = {  # role -> (REST operation, the table it is on: source, results or None for the bucket)
+    "launcher": [("getConfig", None), ("loadNamespaceMetadata", None), ("tableExists", "results"),
+                 ("loadTable", "source"), ("loadTable", "results")],
+    "job": [("getConfig", None), ("loadNamespaceMetadata", None), ("loadTable", "source"), ("tableExists", "results"),
+            ("createTable", "results"), ("loadTable", "results"), ("updateTable", "results")],
+    "reporter": [("getConfig", None), ("tableExists", "results"), ("loadTable", "results")],
+}  # fmt: skip
+
+
+def _role_statements(role: str, s3tables: bool) -> list[dict[str, Any]]:
+    if role == "job":
+        return _catalog(RESOURCES["JobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"], s3tables)
+    fn = FUNCTIONS["LauncherFunction" if role == "launcher" else "ReporterFunction"]
+    docs = [p for p in fn["Properties"]["Policies"] if isinstance(p, dict) and "Statement" in p]
+    return [s for doc in docs for s in _catalog(doc["Statement"], s3tables)]
+
+
+def _resources(statement: dict[str, Any]) -> list[Any]:
+    resources = statement["Resource"]
+    return [r for r in (resources if isinstance(resources, list) else [resources]) if isinstance(r, dict)]
+
+
+def _grants(statement: dict[str, Any], action: str, table: str | None) -> bool:
+    """Whether the statement allows ``action`` on the table bucket (None) or on the stack's source/results table."""
+    if action not in statement["Action"]:
+        return False
+    arns = {r["Fn::Sub"] for r in _resources(statement) if "Fn::Sub" in r}
+    if table is None or action == "s3tables:CreateTable":  # bucket-level actions
+        return _BUCKET in arns
+    names = refs_as_placeholders(statement["Condition"]["StringLike"]["s3tables:tableName"])
+    wanted = "${SourceTableName}" if table == "source" else "${SourceTableName}_*_results"
+    namespace = statement["Condition"]["StringEquals"]["s3tables:namespace"]
+    return f"{_BUCKET}/table/*" in arns and wanted in names and namespace == {"Ref": "SourceDatabase"}
+
+
+@pytest.mark.parametrize("role", sorted(_CALLS))
+def test_an_s3_tables_stack_grants_each_role_the_calls_it_makes_and_no_glue(role: str) -> None:
+    # given a stack deployed with Catalog s3tables
+    statements = _role_statements(role, s3tables=True)
+    # then each REST call the role makes through S3 Tables' endpoint is allowed on what it is made on
+    for operation, table in _CALLS[role]:
+        for action in _REST_ACTIONS[operation]:
+            assert any(_grants(s, action, table) for s in statements), (role, operation, action, table)
+    # and no statement is about Glue, and none grants S3 Tables beyond the stack's namespace and tables
+    actions = {a for s in statements for a in s["Action"]}
+    assert not any(a.startswith("glue:") for a in actions), actions
+    for s in statements:
+        tables = [r for r in _resources(s) if "/table/" in r.get("Fn::Sub", "")]
+        assert not tables or s["Condition"]["StringEquals"] == {"s3tables:namespace": {"Ref": "SourceDatabase"}}, s
+    # and a Glue stack has no S3 Tables grant
+    assert not any(a.startswith("s3tables:") for s in _role_statements(role, s3tables=False) for a in s["Action"])
+
+
+def test_an_s3_tables_stack_configures_the_catalog_as_pyiceberg_does() -> None:
+    from tests.support.cfn import Stack
+
+    # given a stack with Catalog s3tables and a table bucket, when its functions' environment is resolved
+    params = {"Catalog": "s3tables", "TableBucketName": "lake", "ClusterName": "c", "WarehouseBucket": "w",
+              "ModelBucket": "m", "JobServiceAccount": "icebatch-job", "JobImage": "i"}  # fmt: skip
+    env = Stack(TEMPLATE, "lake-stack", params, region="eu-west-1").resolve(
+        TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    )
+    # then icebatch opens the pyiceberg catalog "s3tables", which pyiceberg reads as S3 Tables' REST endpoint
+    assert (env["ICEBATCH_CATALOG_TYPE"], env["ICEBATCH_CATALOG_NAME"]) == ("pyiceberg", "s3tables")
+    config = _pyiceberg_config({k: v for k, v in env.items() if k.startswith("PYICEBERG_")})
+    assert config == {
+        "type": "rest",
+        "uri": "https://s3tables.eu-west-1.amazonaws.com/iceberg",
+        "warehouse": "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake",
+        "rest.sigv4-enabled": "true",
+        "rest.signing-name": "s3tables",
+        "rest.signing-region": "eu-west-1",
+    }
+    # and the rule refuses an s3tables stack without its table bucket
+    [assertion] = TEMPLATE["Rules"]["S3TablesNeedsItsTableBucket"]["Assertions"]
+    assert assertion["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "TableBucketName"}, ""]}]}
+    # and a Glue stack sets none of it
+    glue = Stack(TEMPLATE, "g", {**params, "Catalog": "glue"}).resolve(
+        TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    )
+    assert glue["ICEBATCH_CATALOG_TYPE"] == "glue" and not [
+        k for k in glue if k.startswith(("PYICEBERG_", "ICEBATCH_CATALOG_NAME"))
+    ]
+
+
+def _pyiceberg_config(variables: dict[str, str]) -> Any:
+    """The catalog ``s3tables`` as pyiceberg's own configuration reads it from these environment variables."""
+    import os
+    from unittest import mock
+
+    from pyiceberg.utils.config import Config
+
+    with mock.patch.dict(os.environ, variables, clear=False):
+        return Config().get_catalog_config("s3tables")

@@ -397,9 +397,11 @@ class ResultsLedger:
     def _results_location(self) -> str | None:
         """``<warehouse>/<namespace>.db/<table>``, what the deployment's IAM policy grants, whatever the database's
         own location says (pyiceberg's default puts a new table under the Glue database's ``LocationUri``, which a
-        database made by Athena or the console points elsewhere). No warehouse configured: the catalog's default."""
+        database made by Athena or the console points elsewhere). No warehouse configured, or one that is not a
+        location (a REST catalog's warehouse names it: S3 Tables' is the table bucket's ARN, and S3 Tables places
+        its tables itself): the catalog's default."""
         warehouse = self.catalog.properties.get("warehouse")
-        if not warehouse:
+        if not warehouse or "://" not in warehouse:
             return None
         namespace, name = self.results_table.rsplit(".", 1)
         return f"{warehouse.rstrip('/')}/{namespace}.db/{name}"
