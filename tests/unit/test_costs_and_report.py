@@ -200,3 +200,37 @@ def test_a_failed_attempts_cost_bills_its_nodes_idle_tail_on_kuberay_as_runs_do(
     # when its own cost is figured, then it is its lifetime plus, on kuberay, the node's TTL and consolidation
     rate = settings.billing().usd_per_hour
     assert _attempt_cost(attempt, settings) == pytest.approx(rate * (60 + tail) / 3600)
+
+
+def test_the_json_report_holds_every_figure_the_text_report_shows() -> None:
+    from icebatch.control.reporter import build_report
+    from icebatch.core.batch_prices import DEFAULT_SPEC, parse_prices
+
+    # given a completed run's report, its tokens priced at the default batch APIs
+    report = build_report(_completed(row_noun="reviews"), event_id="e", prices=parse_prices(DEFAULT_SPEC))
+    lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1] for line in report.text.splitlines() if " : " in line}
+    data, cost = report.data, report.data["cost"]
+
+    def money(x: float) -> str:
+        return f"${x:,.4f}" if x < 1 else f"${x:,.2f}"
+
+    # then each figure the text shows is the JSON's, at the text's rounding
+    assert f"{data['rows']:,}" in lines["rows"] and "new reviews" in report.text
+    assert lines["input tokens"].strip().startswith(f"{data['tokens']['input']:,} ")
+    assert lines["output tokens"].strip().startswith(f"{data['tokens']['output']:,} ")
+    assert f"{cost['engine_gpu_seconds'] / 3600:.4f}" in lines["GPU-hours (engine)"]
+    for label, key in (
+        ("hourly rate", "hourly_rate"),
+        ("cost (engine only)", "engine_cost"),
+        ("cost (GPU lifetime)", "lifetime_cost"),
+        ("$ per 1k rows", "usd_per_1k_rows"),
+        ("$ per 1M output tok", "usd_per_1m_output_tokens"),
+        ("$ per 1M tokens", "usd_per_1m_tokens"),
+    ):
+        assert money(cost[key]) in lines[label], (label, cost[key], lines[label])  # fmt: skip
+    # and each batch API's price in the text is the JSON's
+    assert data["batch_api_usd"]
+    for name, usd in data["batch_api_usd"].items():
+        assert f"{name} {money(usd)}" in report.text, (name, usd)
+    # and the subject's cost and rows are the JSON's
+    assert f"{data['rows']:,} reviews" in report.subject and money(cost["lifetime_cost"]) in report.subject
