@@ -460,15 +460,32 @@ def test_a_first_run_over_a_partly_expired_history_labels_every_live_row(setting
     _assert_exactly_once(ledger)
 
 
-def test_a_v1_source_with_unprocessed_snapshots_expired_is_a_clear_error(settings: Settings) -> None:
-    # given a format-v1 source (no sequence numbers) with the watermark and an unprocessed append expired
+@pytest.mark.parametrize("java", [False, True], ids=["pyiceberg", "iceberg-java"])
+def test_a_v1_source_with_unprocessed_snapshots_expired_loses_no_row(settings: Settings, java: bool) -> None:
+    from pyiceberg.expressions import In
+
+    # given a format-v1 source (no sequence numbers) with the watermark and an unprocessed append expired (their
+    # files still live), and a labelled row deleted since
     catalog = open_catalog(settings)
     catalog.create_namespace_if_not_exists("support")
     catalog.create_table(settings.catalog.source_table, schema=ticket_schema(), properties={"format-version": "1"})
-    _labelled_then_unprocessed_expired(_ledger(settings))
-    # then the backlog refuses to guess which rows are new, and says why and what to do
-    with pytest.raises(WatermarkError, match=r"format-v1 table has none.*icebatch ledger reset"):
-        _ledger(settings).backlog()
+    ledger = _ledger(settings)
+    _append(ledger, 4, seed=1)
+    run_once(ledger)
+    wm = ledger.watermark().source_snapshot_id
+    lost = _append(ledger, 5, seed=2)
+    _append(ledger, 6, seed=3)
+    ledger.source().delete(In("ticket_id", ledger_ids(ledger)[:1]))
+    _expire(ledger, wm, lost, java=java)
+    # when the backlog is computed and the next run goes, with no reset
+    backlog = ledger.backlog()
+    run = run_once(ledger)
+    # then the backlog holds every live row to match by content (nothing tells a v1 file's place but its snapshot),
+    # and the run labelled the 11 new rows alone, kept the 3 labelled live rows' verdicts and removed the deleted one's
+    assert backlog.gap and backlog.rows == 14
+    assert run is not None and run.stats.rows == 11
+    _assert_exactly_once(ledger)
+    assert ledger.backlog().rows == 0
 
 
 def test_rolled_back_history_is_a_clear_error(settings: Settings) -> None:

@@ -802,13 +802,12 @@ def test_a_run_part_way_through_survives_compaction_and_expiry_of_its_range_end(
     assert "closed part way (rows=5)" in line and "was expired" in line
 
 
-def test_a_run_part_way_through_whose_end_expired_on_a_v1_source_says_what_is_lost(settings: Settings) -> None:
-    from icebatch.core.errors import WatermarkError
+def test_a_run_part_way_through_whose_end_expired_on_a_v1_source_goes_on_without_loss(settings: Settings) -> None:
     from icebatch_job.example.tickets import ticket_schema
 
     from tests.support.runs import Crash, dies_after, expire_all_but_current
 
-    # given a format-v1 source (no sequence numbers), labelled rows, and a run over 12 new ones killed part way
+    # given a format-v1 source (no sequence numbers), 4 labelled rows, and a run over 12 new ones killed part way
     catalog = open_catalog(settings)
     catalog.create_namespace_if_not_exists("support")
     catalog.create_table(settings.catalog.source_table, schema=ticket_schema(), properties={"format-version": "1"})
@@ -816,14 +815,21 @@ def test_a_run_part_way_through_whose_end_expired_on_a_v1_source_says_what_is_lo
     _append(ledger, 12, seed=2)
     with pytest.raises(Crash):
         run_once(ledger, transform=dies_after(6), chunk_rows=5)
-    # when the source's history is expired
+    stale = ledger.pending()
+    assert stale is not None and stale.rows_committed == 5
+    # when a row arrives and the source's history is expired but for the current snapshot
     _append(ledger, 1, seed=3)
     expire_all_but_current(ledger.source())
-    # then the job (and the launcher) refuse in one message that says what is lost and how on; nothing is closed
-    with pytest.raises(WatermarkError, match=r"5 of 12 rows committed.*7 rows not yet labelled are lost.*reset"):
-        ledger.plan()
-    pending = ledger.pending()
-    assert pending is not None and pending.rows_committed == 5
+    # and the next job runs
+    run = run_once(ledger, chunk_rows=5)
+    # then the stale run was closed where it was, and the new run matched every live row by content: the 8 not
+    # yet labelled went to the model once each, and no row has two verdicts
+    assert run is not None and run.plan.run_id != stale.run_id
+    [closed] = [r for r in ledger.runs() if r.run_id == stale.run_id]
+    assert closed.closed_reason is not None and "expired" in closed.closed_reason
+    assert run.stats.rows == 12 - 5 + 1 and ledger.pending() is None
+    _every_live_row_once(ledger)
+    assert run_once(ledger) is None
 
 
 # --------------------------------------------------------------------------------------------------

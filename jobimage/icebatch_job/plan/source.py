@@ -104,7 +104,7 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     )
     span = range_snapshots(
         table.metadata, plan.scan_from_exclusive, plan.to_snapshot_inclusive, from_sequence=plan.from_sequence_number,
-        first_run=plan.from_snapshot_exclusive is None,
+        first_run=plan.from_snapshot_exclusive is None, watermark=plan.from_snapshot_exclusive,
     )  # fmt: skip
     end = table.metadata.snapshot_by_id(plan.to_snapshot_inclusive)
     assert end is not None
@@ -182,6 +182,7 @@ def range_snapshots(
     *,
     from_sequence: int | None = None,
     first_run: bool = False,
+    watermark: int | None = None,
 ) -> RangeSnapshots:
     """The snapshots after ``from_exclusive`` up to ``to_inclusive`` along its ancestry, in one walk
     (``ledger.lineage.ancestry``): the ``append`` ones, which pyiceberg's incremental append scan reads, found
@@ -190,7 +191,8 @@ def range_snapshots(
     then be the parent of one of the range's snapshots. ``from_sequence``: the watermark's sequence number; when
     the oldest snapshot found does not follow it, snapshots between were expired (``past_sequence``).
     ``first_run``: there is no watermark, and the range is every row live at its end (``whole``), whichever
-    snapshots of its history are left."""
+    snapshots of its history are left. ``watermark``: on format v1 (no sequence numbers), an expired watermark
+    the range does not start from means its history was cut: every row live at the end, matched by content."""
     from pyiceberg.table.snapshots import Operation
 
     end = meta.snapshot_by_id(to_inclusive)
@@ -221,6 +223,9 @@ def range_snapshots(
     expired = from_exclusive is None or meta.snapshot_by_id(from_exclusive) is None
     gap = usable and expired and from_sequence is not None and first != from_sequence + 1
     past = from_sequence if gap else None
+    cut = watermark is not None and watermark != from_exclusive and meta.snapshot_by_id(watermark) is None
+    if meta.format_version < 2 and cut:
+        gap, past = True, -1  # the history was cut past an expired watermark: every live row
     first = first if usable else None
     return RangeSnapshots(appends, only and not gap, first, frozenset(ids), rewrites, past, whole=first_run)
 

@@ -163,14 +163,27 @@ def _pending_snapshots(
             f"the last processed snapshot {watermark} has sequence number {watermark_seq}, past this table's last "
             f"({last_seq}): it is not of this table's history (replaced?). {_RESET_FIX}"
         )
-    if watermark_seq is None or meta.format_version < 2:
+    if meta.format_version < 2:
+        return _past_expired_on_v1(history, watermark)
+    if watermark_seq is None:
         raise WatermarkError(
             f"the last processed snapshot {watermark} was expired and the ledger holds no sequence number "
-            f"to continue from{' (a format-v1 table has none)' if meta.format_version < 2 else ''}. {_RESET_FIX}"
+            f"to continue from. {_RESET_FIX}"
         )
     pending = [s for s in history if (s.sequence_number or 0) > watermark_seq][::-1]
     kept = [s for s in history if (s.sequence_number or 0) <= watermark_seq]
     return pending, bool(pending and not kept and (pending[0].sequence_number or 0) != watermark_seq + 1)
+
+
+def _past_expired_on_v1(history: list[Snapshot], watermark: int) -> tuple[list[Snapshot], bool]:
+    """After an expired watermark on a format-v1 table, which has no sequence numbers: a kept snapshot whose parent
+    is the watermark (Iceberg Java keeps parent ids) starts the range as usual; otherwise the history is cut and
+    nothing tells the files added before the watermark from those added after, so every row live now is the range,
+    matched by content (a gap: rows labelled already are not sent again, verdicts of rows gone are removed)."""
+    for i, snapshot in enumerate(history):  # newest first
+        if snapshot.parent_snapshot_id == watermark:
+            return history[: i + 1][::-1], False
+    return history[::-1], True
 
 
 def watermark_sequence(meta: TableMetadata, watermark: int | None, recorded: int | None) -> int | None:
@@ -240,7 +253,9 @@ def compute_backlog(
     current = pending[-1].snapshot_id if pending else (upto if upto is not None else source_meta.current_snapshot_id)
     if gap:  # the rows of the expired snapshots are in live files past the watermark's sequence number
         assert pending
-        rows, rewrites = _rows_past(pending[-1], io, watermark_seq or 0), watermark_seq is not None
+        v1 = source_meta.format_version < 2  # no sequence numbers: every live row, matched by content
+        rows = _rows_past(pending[-1], io, -1 if v1 else watermark_seq or 0)
+        rewrites = v1 or watermark_seq is not None
         ids, per = [pending[-1].snapshot_id], [rows]
         oldest = pending[0].timestamp_ms  # at the latest: the expired snapshots' rows are older
     return Backlog(

@@ -285,7 +285,7 @@ class ResultsLedger:
         stand and the watermark stays. The next run's range (from the same watermark, to now: every row added
         since, found by data sequence number) matches rows by content, so those verdicts are not made again and a
         row changed since gets a new one that replaces its old one. Refused, saying what is lost, where the range
-        from the watermark cannot be known (format v1, or a watermark with no sequence number)."""
+        from the watermark cannot be known (a watermark with no sequence number, a rollback past it)."""
         wm = progress.watermark
         try:
             self.backlog(source=source, watermark=wm)

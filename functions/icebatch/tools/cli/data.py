@@ -88,8 +88,8 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
             print(f"deleted in the source : {b.deleted_rows} rows since the watermark (the next run removes their "
                   "verdicts)")  # fmt: skip
         if b.gap:
-            print("expired history       : snapshots after the watermark were expired; their rows are found by data "
-                  "sequence number and matched by content")  # fmt: skip
+            print("expired history       : snapshots after the watermark were expired; their rows are found among the "
+                  "live files (by data sequence number; format v1: all of them) and matched by content")  # fmt: skip
         if p is not None:
             print(f"in progress           : {p.describe()} (to snapshot {p.to_snapshot_inclusive})")
         if c.name in stale:
