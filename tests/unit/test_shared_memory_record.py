@@ -25,3 +25,43 @@ def test_only_recorded_names_still_in_dev_shm_are_unlinked_never_a_path(tmp_path
     assert not record.exists()
     # and a record that is gone is nothing to do
     assert unlink_recorded_shared_memory(record) == []
+
+
+_RECORDER = """
+import sys
+from icebatch_job.process.shared_memory import record_shared_memory
+record = record_shared_memory()
+with open(record, "a") as f:
+    f.write(sys.argv[1] + "\\n")
+print(record, flush=True)
+sys.stdin.read()  # lives until its stdin closes
+"""
+
+
+def test_a_record_is_swept_once_no_process_holds_it_and_never_before(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from icebatch_job.process.shared_memory import sweep_abandoned_records
+
+    # given a job's process that recorded a segment it created, and lives
+    name = f"psm_test_{uuid.uuid4().hex[:8]}"
+    (SHM / name).write_bytes(b"x")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    job = subprocess.Popen([sys.executable, "-c", _RECORDER, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True, env=env)  # fmt: skip
+    try:
+        assert job.stdout is not None
+        record = Path(job.stdout.readline().strip())
+        assert record.parent == tmp_path and record.exists()
+        # when another job sweeps, then a record its job still holds is left alone
+        assert sweep_abandoned_records(tmp_path) == []
+        assert (SHM / name).exists() and record.exists()
+    finally:
+        # when the job is killed without notice (nothing of it unlinks anything)
+        job.kill()
+        job.wait(30)
+    # then the next sweep unlinks what it recorded, and the record
+    assert sweep_abandoned_records(tmp_path) == [name]
+    assert not (SHM / name).exists() and not record.exists()

@@ -24,7 +24,11 @@ from icebatch.core.settings import Settings
 
 from icebatch_job.process.lineage import adopt_orphans, end_descendants
 from icebatch_job.process.reaper import start_reaper
-from icebatch_job.process.shared_memory import record_shared_memory, unlink_recorded_shared_memory
+from icebatch_job.process.shared_memory import (
+    record_shared_memory,
+    sweep_abandoned_records,
+    unlink_recorded_shared_memory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +186,11 @@ def own_the_tree() -> None:
     if _owning:
         return
     _owning.append(adopt_orphans())
-    start_reaper()
-    atexit.register(_end_the_tree, record_shared_memory())
+    if swept := sweep_abandoned_records():
+        log.info("unlinked shared memory a killed job left: %s", ", ".join(f"/dev/shm/{n}" for n in swept))
+    record = record_shared_memory()
+    start_reaper(shared_memory=record)
+    atexit.register(_end_the_tree, record)
 
 
 def _end_the_tree(shared_memory: Path) -> None:

@@ -9,17 +9,21 @@ engine shutdown, including Ray's end of the stage's actor) never collects it, an
 - the writer unlinks the name as soon as every reader has opened it (``wait_until_ready``: a reader subscribes
   only after opening the buffer), as a file is unlinked once opened: the memory stays mapped while a process
   uses it and the kernel frees it after the last one (``unlink_shared_memory_once_attached``);
-- before that moment (the engine starting), a job ended by a signal it handles would still leave the name: each
-  name is recorded when created, in a file the job's process made (``ICEBATCH_SHM_RECORD``, inherited by its
-  whole tree), and the job unlinks what is left of them at exit, once its processes are gone
-  (``record_shared_memory``, ``unlink_recorded_shared_memory``: ``icebatch_job.process.runtime.own_the_tree``).
-
-A kill of the job's own process (SIGKILL) in that second is the one way left to leave a name (docs/limitations.md).
+- before that moment (the engine starting), a job ended then would still leave the name: each name is recorded
+  when created, in a file the job's process made (``ICEBATCH_SHM_RECORD``, inherited by its whole tree), and
+  what is left of them is unlinked once the job's processes are gone: by the job at exit, or, when it is killed
+  without notice (SIGKILL, alone or with its group), by its watchdog (``icebatch_job.process.reaper``), which
+  outlives it for that (``record_shared_memory``, ``unlink_recorded_shared_memory``:
+  ``icebatch_job.process.runtime.own_the_tree``);
+- and should the watchdog die too, the next job sweeps the records no process holds any more: the job's process
+  holds an ``flock`` on its record while it lives, which the kernel lets go with the last process holding it
+  (``sweep_abandoned_records``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import tempfile
@@ -31,12 +35,39 @@ SHM = Path("/dev/shm")
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}")  # a shared-memory name as multiprocessing makes them
 
 
+PREFIX, SUFFIX = "icebatch-shm-", ".names"
+_held: list[int] = []  # the record's descriptor, locked while this process (or a forked child) lives
+
+
 def record_shared_memory() -> Path:
-    """Where this process's tree records the shared memory it creates (set in the environment it hands on)."""
-    fd, path = tempfile.mkstemp(prefix="icebatch-shm-", suffix=".names")
-    os.close(fd)
+    """Where this process's tree records the shared memory it creates (set in the environment it hands on),
+    locked for as long as this process, or a child forked with the lock, lives."""
+    fd, path = tempfile.mkstemp(prefix=PREFIX, suffix=SUFFIX)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _held.append(fd)  # never closed: the kernel releases the lock when the last holder is gone
     os.environ[RECORD_VARIABLE] = path
     return Path(path)
+
+
+def sweep_abandoned_records(folder: Path | None = None) -> list[str]:
+    """Unlink the names of records no process holds (their job and its watchdog were killed), and the records;
+    the names unlinked. A record held by a live job, this one's included, is left alone."""
+    left: list[str] = []
+    for record in Path(folder or tempfile.gettempdir()).glob(f"{PREFIX}*{SUFFIX}"):
+        try:
+            fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its job lives
+            os.close(fd)
+            continue
+        try:
+            left += unlink_recorded_shared_memory(record)
+        finally:
+            os.close(fd)
+    return left
 
 
 def unlink_recorded_shared_memory(record: Path) -> list[str]:
