@@ -337,7 +337,7 @@ def test_results_show_each_verdict_with_the_columns_its_prompt_read_and_filter_o
     from tests.support.runs import run_once
 
     # given 30 labelled tickets
-    icebatch(tmp_path, "generate", "--tickets", "30")
+    icebatch(tmp_path, "generate", "--tickets", "30", "--seed", "11")
     settings = Settings(home=tmp_path)
     assert run_once(open_ledger(settings, triage(settings))) is not None
     source = {str(r["ticket_id"]): r for r in open_catalog(settings).load_table("support.tickets").scan().to_arrow()
@@ -356,20 +356,20 @@ def test_results_show_each_verdict_with_the_columns_its_prompt_read_and_filter_o
         row = source[r["source_id"]]
         assert (r["subject"], r["body"], r["channel"]) == tuple(row[c] or "" for c in ("subject", "body", "channel"))
     # when filtered on a verdict column, then only the verdicts it keeps, still with their prompt columns
-    urgency = rows[0]["urgency"]
-    urgent = shown("--where", f"urgency = '{urgency}'")
-    assert urgent and [r["source_id"] for r in urgent] == [r["source_id"] for r in rows if r["urgency"] == urgency]
-    assert all(r["subject"] == source[r["source_id"]]["subject"] for r in urgent)
+    category = rows[0]["category"]
+    same = shown("--where", f"category = '{category}'")
+    assert same and [r["source_id"] for r in same] == [r["source_id"] for r in rows if r["category"] == category]
+    assert all(r["subject"] == source[r["source_id"]]["subject"] for r in same)
     # when filtered on a prompt column and a verdict column, then the rows both keep
-    assert len({r["urgency"] for r in rows}) > 1, "the labeller gave every ticket one urgency: no filter to test"
-    channel = next(r["channel"] for r in rows if r["urgency"] != urgency)
-    both = shown("--where", f"channel = '{channel}' and urgency != '{urgency}'")
-    expected = [r["source_id"] for r in rows if r["channel"] == channel and r["urgency"] != urgency]
+    assert len({r["category"] for r in rows}) > 1, "the labeller gave every ticket one category: no filter to test"
+    channel = next(r["channel"] for r in rows if r["category"] != category)
+    both = shown("--where", f"channel = '{channel}' and category != '{category}'")
+    expected = [r["source_id"] for r in rows if r["channel"] == channel and r["category"] != category]
     assert [r["source_id"] for r in both] == expected and expected
     # and --limit takes the first rows by id
     assert [r["source_id"] for r in shown("--limit", "3")] == sorted(source)[:3]
     # when the filter names no column of either table, or does not parse, then one line says so (exit 2)
-    for bad, said in (("urgncy = 'high'", "urgncy"), ("urgency === 'high'", "does not parse")):
+    for bad, said in (("urgncy = 'high'", "urgncy"), ("category === 'high'", "does not parse")):
         out = icebatch(tmp_path, "results", "--consumer", "triage", "--where", bad)
         assert out.returncode == 2 and out.stdout == "" and said in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
