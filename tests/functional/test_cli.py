@@ -369,7 +369,12 @@ def test_results_show_each_verdict_with_the_columns_its_prompt_read_and_filter_o
     # and --limit takes the first rows by id
     assert [r["source_id"] for r in shown("--limit", "3")] == sorted(source)[:3]
     # when the filter names no column of either table, or does not parse, then one line says so (exit 2)
-    for bad, said in (("urgncy = 'high'", "urgncy"), ("category === 'high'", "does not parse")):
+    for bad, said in (
+        ("urgncy = 'high'", "urgncy"),
+        ("category === 'high'", "does not parse"),
+        ("status = 1", "Cannot convert"),
+        ("channel = 1", "Cannot convert"),
+    ):
         out = icebatch(tmp_path, "results", "--consumer", "triage", "--where", bad)
         assert out.returncode == 2 and out.stdout == "" and said in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -122,11 +122,11 @@ def _parse(
     try:
         bind(results_schema, expression, case_sensitive=True)
         return _Filter(expression, True, joined)
-    except ValueError:
+    except (ValueError, TypeError):  # a column it lacks, or a literal its column cannot take: the joined one says
         pass
     try:
         bound = bind(joined, expression, case_sensitive=True)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:  # TypeError: a literal of another type (`status = 1`)
         names = ", ".join(f.name for f in joined.fields)
         raise ConfigError(f"--where {where[:80]!r}: {str(e)[:160]}; the columns: {names[:600]}") from e
     named = tuple(joined.find_column_name(i) or "" for i in sorted(extract_field_ids(bound)))
