@@ -631,6 +631,39 @@ def test_rows_deleted_with_none_added_launch_a_run_that_removes_their_verdicts_w
 
 
 # --------------------------------------------------------------------------------------------------
+# format v3: upgraded in place, deletion vectors (row lineage is not read: pyiceberg 0.12 projects no _row_id)
+# --------------------------------------------------------------------------------------------------
+def test_a_source_upgraded_to_v3_with_deletion_vectors_is_followed_exactly_once(settings: Settings) -> None:
+    from tests.support.crafted_history import positions_of
+    from tests.support.format_v3 import add_deletion_vectors, upgrade_to_v3, written_as_v2
+
+    # given a consumer that labelled 10 rows of a v2 source, which is then upgraded to v3 in place
+    ledger = _labelled(settings, 10)
+    labelled = set(ledger_ids(ledger))
+    upgrade_to_v3(ledger.source())
+    # when a v3 writer appends 5 rows, then deletes one labelled and one new row with a deletion vector
+    with written_as_v2(ledger.source()):
+        _append(ledger, 5, seed=2)
+    new = sorted(set(source_ids(ledger)) - labelled)
+    erased = [sorted(labelled)[0], new[0]]
+    with written_as_v2(ledger.source()) as source:
+        add_deletion_vectors(source, positions_of(source, erased))
+    source = ledger.source()
+    assert source.metadata.format_version == 3 and source.metadata.next_row_id == 5  # the appended rows' ids
+    assert set(erased).isdisjoint(source_ids(ledger))  # pyiceberg's scan applies the deletion vector
+    assert ledger.backlog().rows == 5
+    run = run_once(ledger)
+    # then the erased new row never went to the model, the four others did, the erased labelled row's verdict is
+    # removed, and the commit records the source's format
+    assert run is not None and run.stats.rows == 4
+    assert set(erased).isdisjoint(ledger_ids(ledger))
+    _every_live_row_once(ledger)
+    assert _summary(ledger)["icebatch.verdicts-removed-deleted"] == "1"
+    assert _summary(ledger)["icebatch.source-format-version"] == "3"
+    assert ledger.backlog().rows == 0 and run_once(ledger) is None
+
+
+# --------------------------------------------------------------------------------------------------
 # per-consumer policy: on_delete, on_update
 # --------------------------------------------------------------------------------------------------
 def _with_policy(settings: Settings, **policy: str) -> ResultsLedger:

@@ -138,7 +138,7 @@ def add_position_deletes(table: Table, deletes: dict[str, list[int]]) -> int:
             ]
         ),
     )
-    return _commit_delete_file(table, _delete_file(table, rows, DataFileContent.POSITION_DELETES), Operation.DELETE)
+    return commit_delete_files(table, [_delete_file(table, rows, DataFileContent.POSITION_DELETES)], Operation.DELETE)
 
 
 def upsert_with_equality_deletes(table: Table, rows: pa.Table, key: str) -> int:
@@ -156,9 +156,9 @@ def upsert_with_equality_deletes(table: Table, rows: pa.Table, key: str) -> int:
     keys = pa.table({key: rows.column(key)}).cast(pa.schema([key_field]))
     delete_file = _delete_file(table, keys, DataFileContent.EQUALITY_DELETES, equality_ids=[field.field_id])
     if rows.column_names == [key]:
-        return _commit_delete_file(table, delete_file, Operation.DELETE)
+        return commit_delete_files(table, [delete_file], Operation.DELETE)
     data = list(_dataframe_to_data_files(table.metadata, rows.cast(table.schema().as_arrow()), table.io))
-    return _commit_delete_file(table, delete_file, Operation.OVERWRITE, data)
+    return commit_delete_files(table, [delete_file], Operation.OVERWRITE, data)
 
 
 def _delete_file(table: Table, rows: pa.Table, content: Any, equality_ids: list[int] | None = None) -> Any:
@@ -182,8 +182,12 @@ def _delete_file(table: Table, rows: pa.Table, content: Any, equality_ids: list[
     return delete_file
 
 
-def _commit_delete_file(table: Table, delete_file: Any, operation: Operation, data: list[Any] | None = None) -> int:
-    """One snapshot (through pyiceberg's own producer) adding ``data`` files and a delete manifest of the file."""
+def commit_delete_files(
+    table: Table, delete_files: list[Any], operation: Operation, data: list[Any] | None = None, *,
+    manifest_version: int = 2,
+) -> int:  # fmt: skip
+    """One snapshot (through pyiceberg's own producer) adding ``data`` files and a delete manifest of the delete files
+    (written in the manifest format ``manifest_version``: 3 for a v3 table's deletion vectors)."""
     from pyiceberg.manifest import (
         DataFileContent,
         ManifestContent,
@@ -197,11 +201,16 @@ def _commit_delete_file(table: Table, delete_file: Any, operation: Operation, da
             return ManifestContent.DELETES
 
         @property
+        def version(self) -> Any:
+            return manifest_version
+
+        @property
         def _meta(self) -> dict[str, str]:
             return {**super()._meta, "content": "deletes"}
 
-    kind = "equality" if delete_file.content == DataFileContent.EQUALITY_DELETES else "position"
-    properties = {"added-delete-files": "1", f"added-{kind}-deletes": str(delete_file.record_count)}
+    kind = "equality" if delete_files[0].content == DataFileContent.EQUALITY_DELETES else "position"
+    properties = {"added-delete-files": str(len(delete_files)),
+                  f"added-{kind}-deletes": str(sum(f.record_count for f in delete_files))}  # fmt: skip
     with table.transaction() as txn, txn.update_snapshot(snapshot_properties=properties).fast_append() as producer:
         producer._operation = operation
         for data_file in data or []:
@@ -211,8 +220,10 @@ def _commit_delete_file(table: Table, delete_file: Any, operation: Operation, da
             writer = DeleteManifestWriter(table.spec(), table.schema(), producer.new_manifest_output(),
                                           producer._snapshot_id, "deflate")  # fmt: skip
             with writer:
-                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=producer._snapshot_id,
-                                                   data_file=delete_file))  # fmt: skip
+                for delete_file in delete_files:
+                    entry = ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=producer._snapshot_id,
+                                                    data_file=delete_file)  # fmt: skip
+                    writer.add(entry)
             return [*manifests, writer.to_manifest_file()]
 
         producer._process_manifests = with_the_delete_manifest  # type: ignore[method-assign]
