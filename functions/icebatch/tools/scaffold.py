@@ -9,14 +9,25 @@ closed list and a one-line summary), as a task file's output schema is: each pro
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from icebatch.core.errors import ConfigError
 
 MAX_INPUTS = 4
-SCHEMAS = "functions/icebatch/consumers/schemas"
+SCHEMAS = Path(__file__).resolve().parents[1] / "consumers" / "schemas"  # shipped in the package
+
+
+def schema_ref(schema_file: str, root: Path, folder: str = "") -> str:
+    """Where ``yaml-language-server`` finds one of the package's JSON schemas from a file written in ``root/folder``:
+    relative to that folder when the package lies below ``root`` (a clone, a project's own venv), else a file URI."""
+    target = SCHEMAS / schema_file
+    if not target.is_relative_to(root.resolve()):
+        return target.as_uri()
+    return os.path.relpath(target, root.resolve() / folder)
 
 
 @dataclass(frozen=True)
@@ -30,8 +41,8 @@ class Scaffold:
 
 
 def scaffold(schema: Any, table: str, consumer: str, *, id_column: str | None = None,
-             input_columns: tuple[str, ...] = ()) -> Scaffold:  # fmt: skip
-    """The two files for ``consumer`` of ``table`` (``schema``: its pyiceberg schema)."""
+             input_columns: tuple[str, ...] = (), root: Path = Path()) -> Scaffold:  # fmt: skip
+    """The two files for ``consumer`` of ``table`` (``schema``: its pyiceberg schema), to be written in ``root``."""
     from pyiceberg.types import IntegerType, LongType, StringType
 
     fields = {f.name: f for f in schema.fields}
@@ -49,8 +60,9 @@ def scaffold(schema: Any, table: str, consumer: str, *, id_column: str | None = 
                           "--input-columns A,B")  # fmt: skip
     inputs = inputs[:MAX_INPUTS]
     task_path = f"tasks/{consumer}.yaml"
-    return Scaffold(consumer, task_path, _consumers(consumer, task_path, table), _task(table, consumer, ident, inputs),
-                    ident, inputs)  # fmt: skip
+    consumers = _consumers(consumer, task_path, table, schema_ref("consumers.schema.json", root))
+    task = _task(table, consumer, ident, inputs, schema_ref("task.schema.json", root, "tasks"))
+    return Scaffold(consumer, task_path, consumers, task, ident, inputs)
 
 
 def _proposed_id(schema: Any, fields: dict[str, Any]) -> str:
@@ -68,9 +80,9 @@ def _q(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _consumers(consumer: str, task_path: str, table: str) -> str:
+def _consumers(consumer: str, task_path: str, table: str, schema: str) -> str:
     return f"""\
-# yaml-language-server: $schema={SCHEMAS}/consumers.schema.json
+# yaml-language-server: $schema={schema}
 # The consumers of {table}: each an LLM task with its own results table and watermark (docs/concepts/consumers.md).
 consumers:
   - name: {consumer}
@@ -84,7 +96,7 @@ consumers:
 """
 
 
-def _task(table: str, consumer: str, ident: str, inputs: tuple[str, ...]) -> str:
+def _task(table: str, consumer: str, ident: str, inputs: tuple[str, ...], schema_file: str) -> str:
     name = re.sub(r"[^A-Za-z0-9._-]", "-", f"{table.split('.')[-1]}-{consumer}")[:63]
     lines = "\n".join(f"  {c}: {{{c}}}" for c in inputs)
     schema = {
@@ -97,7 +109,7 @@ def _task(table: str, consumer: str, ident: str, inputs: tuple[str, ...]) -> str
         "additionalProperties": False,
     }
     return f"""\
-# yaml-language-server: $schema={SCHEMAS}/task.schema.json
+# yaml-language-server: $schema={schema_file}
 # What the model is asked of each row of {table}. Edit the prompt and the output schema (each property becomes a
 # column of the results table), then `icebatch validate`. Bump `version` when the meaning changes: the new
 # version labels the table again.

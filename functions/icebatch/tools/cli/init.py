@@ -45,8 +45,9 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
     if not CONSUMER_NAME.match(args.consumer):  # before it names a file: `../x` is no consumer
         raise ConfigError(f"--consumer {args.consumer[:40]!r}: {CONSUMER_HELP}")
     inputs = tuple(c.strip() for c in args.input_columns.split(",") if c.strip()) if args.input_columns else ()
-    made = scaffold(table.schema(), table_name, args.consumer, id_column=args.id_column, input_columns=inputs)
     root = Path.cwd()
+    made = scaffold(table.schema(), table_name, args.consumer, id_column=args.id_column, input_columns=inputs,
+                    root=root)  # fmt: skip
     consumers, task = root / "consumers.yaml", root / made.task_path
     existing = [p for p in (consumers, task) if p.exists()]
     if existing and not args.force:
