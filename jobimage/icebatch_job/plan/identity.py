@@ -152,7 +152,6 @@ def removals(
     """The verdicts of ids not live in the source at ``to_snapshot`` (``id_column``: its name there; none when
     ``keep_deleted``, the consumer's ``on_delete: keep``), and those of this task version that this run's verdicts
     (``labelled``: ids of its rows not yet committed) supersede."""
-    import pyarrow.compute as pc
     from pyiceberg.expressions import And, EqualTo, In, NotEqualTo
 
     if results is None or results.current_snapshot() is None:
@@ -162,9 +161,8 @@ def removals(
     is_in: Any = In
     gone: list[str] = []
     if not keep_deleted:
-        live = as_ids(live_column(source, to_snapshot, id_column))
-        ids = results.scan(selected_fields=("source_id",)).to_arrow().column(0)
-        gone = sorted(set(ids.filter(pc.invert(pc.is_in(ids, value_set=live))).to_pylist()))
+        verdicts = results.scan(selected_fields=("source_id",)).to_arrow().column(0)
+        gone = gone_ids(live_column(source, to_snapshot, id_column), verdicts)
     # (results files are written per chunk: a filter on the run prunes to its own files by their column bounds)
     mine = results.scan(row_filter=equal_to("run_id", run_id), selected_fields=("source_id",)).to_arrow()
     relabelled = sorted({*mine.column(0).to_pylist(), *labelled})
@@ -179,19 +177,49 @@ def removals(
     return Removals(tuple(gone), tuple(superseded))
 
 
-def as_ids(values: pa.ChunkedArray) -> pa.Array:
-    """Source ids as result rows hold them (``str`` of the value): Arrow's cast for strings and integers (the
-    same text, without a Python object per row: a source has millions), ``str`` otherwise."""
+def gone_ids(live: pa.ChunkedArray, verdict_ids: pa.ChunkedArray) -> list[str]:
+    """The distinct ``verdict_ids`` (result rows' ``source_id`` texts) that are the text of no value of ``live`` (the
+    source's id column), sorted. Without a Python object per row (a source has millions: ``make bench``): integer
+    ids are compared as integers (a text that is not an integer's own, ``"007"``, is no live id's), strings by
+    their text, in an anti join; other types by ``str`` of each value."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type) or pa.types.is_integer(values.type):
-        return pc.unique(pc.cast(values, pa.string()).combine_chunks())
-    return pa.array({str(v) for v in values.to_pylist()}, pa.string())
+    verdict_ids = pc.drop_null(verdict_ids)
+    if len(verdict_ids) == 0:
+        return []
+    if pa.types.is_integer(live.type):
+        try:
+            numbers = pc.cast(verdict_ids, pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a text that is no integer: compared as text
+            numbers = None
+        if numbers is not None:
+            own = pc.equal(pc.cast(numbers, pa.string()), pc.cast(verdict_ids, pa.string()))
+            others = pc.unique(verdict_ids.filter(pc.invert(own))).to_pylist()  # not an integer's text: gone
+            gone = _not_in(numbers.filter(own).to_numpy(), pc.drop_null(pc.cast(live, pa.int64())).to_numpy())
+            return sorted({*(str(i) for i in np.unique(gone).tolist()), *others})
+    texts = id_texts(live).cast(pa.large_string())
+    left = pa.table({"id": pc.cast(verdict_ids, pa.large_string())})
+    found = left.join(pa.table({"id": texts}), "id", join_type="left anti")
+    return sorted(pc.unique(found.column("id")).to_pylist())
+
+
+def _not_in(values: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """The ``values`` that are not in ``live`` (int64 both): a lookup table where the live ids span a range about as
+    wide as they are many (ids that grow), else a hash join (random ids: sorting 10 million is slower)."""
+    import pyarrow as pa
+
+    if not len(live):
+        return values
+    if int(live.max()) - int(live.min()) <= 4 * (len(live) + len(values)):
+        return values[~np.isin(values, live, kind="table")]
+    joined = pa.table({"id": values}).join(pa.table({"id": live}), "id", join_type="left anti")
+    return joined.column("id").to_numpy()
 
 
 def id_texts(values: pa.ChunkedArray) -> pa.Array:
-    """Source ids as result rows hold them, one per row (``as_ids`` without the uniqueness)."""
+    """Source ids as result rows hold them (``str`` of the value), one per row: Arrow's cast for strings and
+    integers (the same text, without a Python object per row), ``str`` otherwise."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
