@@ -729,13 +729,17 @@ def test_on_update_keep_first_sends_no_changed_row_again(settings: Settings) -> 
 # --------------------------------------------------------------------------------------------------
 # merge-on-read equality deletes: Flink's and Kafka Connect's upserts
 # --------------------------------------------------------------------------------------------------
-def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(settings: Settings) -> None:
+@pytest.mark.parametrize("delete_format", ["PARQUET", "ORC"])
+def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(
+    settings: Settings, delete_format: str
+) -> None:
     from tests.support.crafted_history import upsert_with_equality_deletes
     from tests.support.live_rows import live_rows
 
     # given a consumer that labelled 10 rows; then 5 new rows appended, and, as Flink's upsert mode commits them,
     # an upsert (two labelled rows changed, one labelled row unchanged, one new row) and a delete of one labelled
-    # row and one of the 5 new ones: data files and equality delete files on the key, which pyiceberg cannot read
+    # row and one of the 5 new ones: data files and equality delete files on the key (Parquet, Flink's default, or
+    # ORC: write.delete.format.default), which pyiceberg cannot read
     ledger = _labelled(settings, 10)
     first = _summaries(ledger)
     labelled = sorted(first)
@@ -751,9 +755,10 @@ def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(setti
     new = pa.Table.from_pylist(generate_tickets(1, random.Random(7)), schema=source.schema().as_arrow())
     new = new.set_column(0, "ticket_id", pa.array(["T-FLINK"]))
     upsert_with_equality_deletes(source, pa.concat_tables([t.cast(rows.schema) for t in (changed, same, new)]),
-                                 "ticket_id")  # fmt: skip
+                                 "ticket_id", delete_format=delete_format)  # fmt: skip
     erased = [labelled[3], fresh[0]]
-    upsert_with_equality_deletes(ledger.source(), pa.table({"ticket_id": erased}), "ticket_id")
+    upsert_with_equality_deletes(ledger.source(), pa.table({"ticket_id": erased}), "ticket_id",
+                                 delete_format=delete_format)  # fmt: skip
     live = live_rows(ledger.source())
     assert live.num_rows == 10 + 5 + 1 - 2 and not set(erased) & set(live["ticket_id"].to_pylist())
     # when the launcher counts the backlog and the next run goes
@@ -770,6 +775,26 @@ def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(setti
     summary = _summary(ledger)
     assert (summary["icebatch.rows-unchanged"], summary["icebatch.verdicts-removed-deleted"]) == ("1", "1")
     assert ledger.backlog().rows == 0 and run_once(ledger) is None
+
+
+def test_an_equality_delete_file_in_a_format_nothing_here_reads_stops_the_job_in_one_line(
+    settings: Settings, cli_environment: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.crafted_history import upsert_with_equality_deletes
+
+    # given a consumer that labelled its source's rows, then a delete of one as an equality delete file in Avro
+    _, ledger = _labelled_alone(settings, cli_environment, monkeypatch)
+    before = ledger.results().metadata.current_snapshot_id  # type: ignore[union-attr]
+    upsert_with_equality_deletes(ledger.source(), pa.table({"ticket_id": source_ids(ledger)[:1]}), "ticket_id",
+                                 delete_format="AVRO")  # fmt: skip
+    capsys.readouterr()
+    # when the job runs, then it stops before labelling or removing anything: exit 2, one line naming the file's
+    # format and the way on, no traceback
+    assert icebatch_main(["job", "run"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "AVRO" in line]
+    assert len(err) == 1 and err[0].startswith("icebatch: error: ") and "Parquet and ORC" in err[0], err
+    assert "rewrite_data_files" in err[0] and "Traceback" not in err[0]
+    assert ledger.results().metadata.current_snapshot_id == before  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -141,12 +141,13 @@ def add_position_deletes(table: Table, deletes: dict[str, list[int]]) -> int:
     return commit_delete_files(table, [_delete_file(table, rows, DataFileContent.POSITION_DELETES)], Operation.DELETE)
 
 
-def upsert_with_equality_deletes(table: Table, rows: pa.Table, key: str) -> int:
+def upsert_with_equality_deletes(table: Table, rows: pa.Table, key: str, *, delete_format: str = "PARQUET") -> int:
     """Commit ``rows`` as Flink's upsert mode (and Kafka Connect's) commits a checkpoint: one ``overwrite`` snapshot
     holding a data file of the rows and an equality delete file of their ``key`` values (one per row, whether the key
     existed or not). The delete file's sequence number is the snapshot's, so it removes older versions of the keys,
     never the rows written beside it. With no ``rows`` columns but ``key``: a delete (a ``delete`` snapshot of the
-    delete file alone). Returns the snapshot id."""
+    delete file alone). ``delete_format``: the delete file's (``write.delete.format.default``: PARQUET, ORC, AVRO).
+    Returns the snapshot id."""
     import pyarrow as pa
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
     from pyiceberg.manifest import DataFileContent
@@ -154,25 +155,36 @@ def upsert_with_equality_deletes(table: Table, rows: pa.Table, key: str) -> int:
     field = table.schema().find_field(key)
     key_field = pa.field(key, rows.schema.field(key).type, metadata={"PARQUET:field_id": str(field.field_id)})
     keys = pa.table({key: rows.column(key)}).cast(pa.schema([key_field]))
-    delete_file = _delete_file(table, keys, DataFileContent.EQUALITY_DELETES, equality_ids=[field.field_id])
+    delete_file = _delete_file(table, keys, DataFileContent.EQUALITY_DELETES, equality_ids=[field.field_id],
+                               file_format=delete_format)  # fmt: skip
     if rows.column_names == [key]:
         return commit_delete_files(table, [delete_file], Operation.DELETE)
     data = list(_dataframe_to_data_files(table.metadata, rows.cast(table.schema().as_arrow()), table.io))
     return commit_delete_files(table, [delete_file], Operation.OVERWRITE, data)
 
 
-def _delete_file(table: Table, rows: pa.Table, content: Any, equality_ids: list[int] | None = None) -> Any:
+def _delete_file(
+    table: Table, rows: pa.Table, content: Any, equality_ids: list[int] | None = None, file_format: str = "PARQUET"
+) -> Any:
+    """A delete file of ``rows`` in ``file_format`` (an AVRO one is written as its writer would name it, with bytes
+    no reader here takes: what is tested is that it is refused)."""
+    import pyarrow.orc as orc
     import pyarrow.parquet as pq
     from pyiceberg.manifest import DataFile, FileFormat
     from pyiceberg.typedef import Record
 
-    path = f"{table.location()}/data/{uuid.uuid4()}-deletes.parquet"
+    path = f"{table.location()}/data/{uuid.uuid4()}-deletes.{file_format.lower()}"
     with table.io.new_output(path).create() as out:
-        pq.write_table(rows, out)
+        if file_format == "PARQUET":
+            pq.write_table(rows, out)
+        elif file_format == "ORC":
+            orc.write_table(rows, out)
+        else:
+            out.write(b"Obj\x01")  # an Avro object container's magic, and no more
     delete_file = DataFile.from_args(
         content=content,
         file_path=path,
-        file_format=FileFormat.PARQUET,
+        file_format=FileFormat[file_format],
         partition=Record(),
         record_count=rows.num_rows,
         file_size_in_bytes=len(table.io.new_input(path).open().read()),

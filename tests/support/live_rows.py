@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.orc as orc
 import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
@@ -28,7 +29,7 @@ def live_rows(table: Table) -> pa.Table:
 
     def read(path: str) -> pa.Table:
         with io.new_input(path).open() as f:
-            return pq.read_table(f)
+            return orc.ORCFile(f).read() if path.endswith(".orc") else pq.read_table(f)
 
     positions: list[tuple[int, set[tuple[str, int]]]] = []
     equalities: list[tuple[int, list[str], set[tuple[Any, ...]]]] = []

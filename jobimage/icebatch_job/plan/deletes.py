@@ -8,7 +8,8 @@ its rows, and the rows its delete files remove are skipped as done rows are (``P
   greater than the data file's (an upsert's delete never removes the new row written beside it), and both are in
   the same partition (a delete file of an unpartitioned spec applies to every partition): the Iceberg spec's
   rules. pyiceberg 0.12 plans and reads no equality delete: here they are matched on the driver, reading only
-  the equality columns of the data files they may apply to.
+  the equality columns of the data files they may apply to. Parquet and ORC delete files, as pyiceberg reads
+  data and position deletes (Avro: a permanent error saying how to rewrite them).
 """
 
 from __future__ import annotations
@@ -116,13 +117,10 @@ def _same_partition(delete_file: DataFile, data: DataFile, meta: TableMetadata) 
 
 def _delete_keys(delete_file: DataFile, meta: TableMetadata, io: Any) -> tuple[tuple[int, ...], set[tuple[Any, ...]]]:
     """An equality delete file's field ids and its rows' values (columns found by field id, else by name)."""
-    import pyarrow.parquet as pq
-
     ids = tuple(delete_file.equality_ids or ())
     if not ids:
         raise WatermarkError(f"equality delete file {delete_file.file_path} names no equality field ids: unreadable")
-    with io.new_input(delete_file.file_path).open() as f:
-        table = pq.read_table(f)
+    table = _read_delete_file(delete_file, io)
     by_id = {
         int(field.metadata[b"PARQUET:field_id"]): field.name
         for field in table.schema
@@ -131,6 +129,27 @@ def _delete_keys(delete_file: DataFile, meta: TableMetadata, io: Any) -> tuple[t
     names = [by_id.get(i) or _field(meta, i, delete_file.file_path).name for i in ids]
     columns = [table.column(n).to_pylist() for n in names]
     return ids, set(zip(*columns, strict=True))
+
+
+def _read_delete_file(delete_file: DataFile, io: Any) -> pa.Table:
+    """A Parquet or ORC delete file, whole (the formats pyiceberg reads data and position deletes in; ORC carries no
+    field ids pyarrow reads: its columns are found by name)."""
+    from pyiceberg.manifest import FileFormat
+
+    with io.new_input(delete_file.file_path).open() as f:
+        if delete_file.file_format == FileFormat.PARQUET:
+            import pyarrow.parquet as pq
+
+            return pq.read_table(f)
+        if delete_file.file_format == FileFormat.ORC:
+            import pyarrow.orc as orc
+
+            return orc.ORCFile(f).read()
+    raise WatermarkError(
+        f"equality delete file {delete_file.file_path} is {delete_file.file_format.name}: icebatch, like pyiceberg, "
+        "reads Parquet and ORC; rewrite the source's delete files in one of those (the writer's "
+        "write.delete.format.default, then Spark's rewrite_data_files with delete-file-threshold=1)"
+    )
 
 
 def _columns(data: DataFile, ids: tuple[int, ...], meta: TableMetadata, io: Any) -> list[tuple[Any, ...]]:
