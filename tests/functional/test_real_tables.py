@@ -777,23 +777,31 @@ def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(
     assert ledger.backlog().rows == 0 and run_once(ledger) is None
 
 
-def test_an_equality_delete_file_in_a_format_nothing_here_reads_stops_the_job_in_one_line(
-    settings: Settings, cli_environment: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from tests.support.crafted_history import upsert_with_equality_deletes
+@pytest.mark.parametrize("kind", ["equality", "position"])
+def test_a_delete_file_in_a_format_nothing_here_reads_stops_the_job_before_any_work_in_one_line(
+    settings: Settings, cli_environment: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kind: str,
+) -> None:  # fmt: skip
+    from tests.support.crafted_history import add_position_deletes, positions_of, upsert_with_equality_deletes
 
-    # given a consumer that labelled its source's rows, then a delete of one as an equality delete file in Avro
+    # given a consumer that labelled its source's rows, then new rows, and a delete of a labelled row in an Avro
+    # delete file (an equality delete on the key, or a position delete)
     _, ledger = _labelled_alone(settings, cli_environment, monkeypatch)
     before = ledger.results().metadata.current_snapshot_id  # type: ignore[union-attr]
-    upsert_with_equality_deletes(ledger.source(), pa.table({"ticket_id": source_ids(ledger)[:1]}), "ticket_id",
-                                 delete_format="AVRO")  # fmt: skip
+    erased = source_ids(ledger)[:1]
+    _append(ledger, 3, seed=2)
+    if kind == "equality":
+        upsert_with_equality_deletes(ledger.source(), pa.table({"ticket_id": erased}), "ticket_id",
+                                     delete_format="AVRO")  # fmt: skip
+    else:
+        add_position_deletes(ledger.source(), positions_of(ledger.source(), erased), delete_format="AVRO")
     capsys.readouterr()
     # when the job runs, then it stops before labelling or removing anything: exit 2, one line naming the file's
     # format and the way on, no traceback
     assert icebatch_main(["job", "run"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if "AVRO" in line]
-    assert len(err) == 1 and err[0].startswith("icebatch: error: ") and "Parquet and ORC" in err[0], err
-    assert "rewrite_data_files" in err[0] and "Traceback" not in err[0]
+    assert len(err) == 1 and err[0].startswith(f"icebatch: error: {kind} delete file "), err
+    assert "Parquet or ORC" in err[0] and "write.delete.format.default" in err[0] and "Traceback" not in err[0]
     assert ledger.results().metadata.current_snapshot_id == before  # type: ignore[union-attr]
 
 

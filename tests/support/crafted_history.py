@@ -118,7 +118,7 @@ def _manifest_list(table: Table, manifests: list, snapshot_id: int, parent: int 
     return path
 
 
-def add_position_deletes(table: Table, deletes: dict[str, list[int]]) -> int:
+def add_position_deletes(table: Table, deletes: dict[str, list[int]], *, delete_format: str = "PARQUET") -> int:
     """Commit a merge-on-read ``delete`` as Spark leaves one (``write.delete.mode=merge-on-read``): one position
     delete file (``file_path``, ``pos``) naming rows of live data files, in a delete manifest of its own; the data
     files stay. pyiceberg writes no delete files, so the file, its manifest and the snapshot are written here
@@ -138,7 +138,8 @@ def add_position_deletes(table: Table, deletes: dict[str, list[int]]) -> int:
             ]
         ),
     )
-    return commit_delete_files(table, [_delete_file(table, rows, DataFileContent.POSITION_DELETES)], Operation.DELETE)
+    delete_file = _delete_file(table, rows, DataFileContent.POSITION_DELETES, file_format=delete_format)
+    return commit_delete_files(table, [delete_file], Operation.DELETE)
 
 
 def upsert_with_equality_deletes(table: Table, rows: pa.Table, key: str, *, delete_format: str = "PARQUET") -> int:

@@ -45,6 +45,8 @@ def plan_files(
         if not taken(entry):
             return False
         content = entry.data_file.content
+        if content != DataFileContent.DATA:
+            readable(entry.data_file)
         if content == DataFileContent.EQUALITY_DELETES:  # pyiceberg's planner refuses them: matched here
             equality.append(entry)
             return False
@@ -131,25 +133,52 @@ def _delete_keys(delete_file: DataFile, meta: TableMetadata, io: Any) -> tuple[t
     return ids, set(zip(*columns, strict=True))
 
 
+def readable(delete_file: DataFile) -> None:
+    """Refuse a delete file in a format nothing here reads: Parquet and ORC are read (as pyiceberg reads data files and
+    position deletes), and deletion vectors (Puffin); an Avro one would fail the job after its work, or not at all."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+
+    formats = {FileFormat.PARQUET, FileFormat.ORC}
+    if delete_file.content == DataFileContent.POSITION_DELETES:
+        formats.add(FileFormat.PUFFIN)
+    if delete_file.file_format in formats:
+        return
+    kind = "equality" if delete_file.content == DataFileContent.EQUALITY_DELETES else "position"
+    raise WatermarkError(
+        f"{kind} delete file {delete_file.file_path} is {delete_file.file_format.name}: icebatch, like pyiceberg, "
+        "reads delete files in Parquet or ORC (and deletion vectors); set the source's write.delete.format.default "
+        "to parquet and rewrite its delete files (Spark: rewrite_position_delete_files, or rewrite_data_files with "
+        "delete-file-threshold=1)"
+    )
+
+
+def readable_deletes(table: Table, snapshot_id: int) -> None:
+    """Refuse, before any work, a snapshot whose live delete files are not all ``readable`` (the removals read the
+    rows live at it; its delete manifests alone are read)."""
+    from pyiceberg.manifest import ManifestContent
+
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        return
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content == ManifestContent.DELETES:
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                readable(entry.data_file)
+
+
 def _read_delete_file(delete_file: DataFile, io: Any) -> pa.Table:
-    """A Parquet or ORC delete file, whole (the formats pyiceberg reads data and position deletes in; ORC carries no
-    field ids pyarrow reads: its columns are found by name)."""
+    """A Parquet or ORC delete file, whole (ORC carries no field ids pyarrow reads: its columns are found by name)."""
     from pyiceberg.manifest import FileFormat
 
+    readable(delete_file)
     with io.new_input(delete_file.file_path).open() as f:
-        if delete_file.file_format == FileFormat.PARQUET:
-            import pyarrow.parquet as pq
-
-            return pq.read_table(f)
         if delete_file.file_format == FileFormat.ORC:
             import pyarrow.orc as orc
 
             return orc.ORCFile(f).read()
-    raise WatermarkError(
-        f"equality delete file {delete_file.file_path} is {delete_file.file_format.name}: icebatch, like pyiceberg, "
-        "reads Parquet and ORC; rewrite the source's delete files in one of those (the writer's "
-        "write.delete.format.default, then Spark's rewrite_data_files with delete-file-threshold=1)"
-    )
+        import pyarrow.parquet as pq
+
+        return pq.read_table(f)
 
 
 def _columns(data: DataFile, ids: tuple[int, ...], meta: TableMetadata, io: Any) -> list[tuple[Any, ...]]:
@@ -185,6 +214,7 @@ def live_column(table: Table, snapshot_id: int, column: str) -> pa.ChunkedArray:
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
 
+    readable_deletes(table, snapshot_id)
     try:
         return table.scan(snapshot_id=snapshot_id, selected_fields=(column,)).to_arrow().column(0)
     except ValueError as e:

@@ -14,6 +14,7 @@ from icebatch.core.task import TaskSpec
 
 from icebatch_job.commit.chunks import RunProgress, load_progress
 from icebatch_job.commit.done import DoneRows
+from icebatch_job.plan.deletes import readable_deletes
 from icebatch_job.plan.identity import id_texts, labelled_ids, removals, unchanged
 from icebatch_job.plan.source import PlannedRange, plan_range, read_rows
 
@@ -43,6 +44,8 @@ def plan_work(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Tabl
     """The attempt's work, and its plan (over a range that rewrote rows, ``expected_rows`` counts the rows that
     get a result row: the unchanged ones do not)."""
     planned = plan_range(source, plan, (task.id_column, *task.input_columns))
+    if planned.deletes and ledger.consumer.on_delete != "keep":  # the last commit reads the rows live at the end
+        readable_deletes(source, plan.to_snapshot_inclusive)
     progress = load_progress(ledger, plan, task)
     skip = progress.done.union(planned.deleted) if len(planned.deleted) else progress.done
     # a first run's rows are matched among themselves only (a reset that moves back labels its range again)
