@@ -41,7 +41,7 @@ help:
 	@echo "make test-fault - the real job killed (SIGKILL, SIGTERM) at chosen points, resumed after each"
 	@echo "make test-hygiene - the real job ended every way (signals, its group, its terminal); nothing may outlive it"
 	@echo "make test-reliability - the concurrency tests alone, then 20 times in a shuffled order"
-	@echo "make test-lifecycle-soak - random table lifecycles with runs, kills and resumes (LIFECYCLE_EXAMPLES=2000)"
+	@echo "make test-lifecycle-soak - random table lifecycles with runs, kills and resumes (LIFECYCLE_EXAMPLES=5000)"
 	@echo "make bench  - run the benchmarks (results in bench/results/)"
 	@echo "make bench-gpu - the job vs a bare vllm.LLM on one NVIDIA GPU, Llama-3.1-8B shape (in the job image)"
 	@echo "make docs   - build the documentation site into site/ (mkdocs-material)"
@@ -157,9 +157,10 @@ reliability:
 		echo "== alone: $$t"; $(PY) -m pytest -q -p no:cacheprovider "$$t" || exit 1; done
 	ICEBATCH_TEST_REPEAT=20 ICEBATCH_TEST_SHUFFLE=$(RELIABILITY_SEED) $(PY) -m pytest -q -m concurrency $(PYTEST_ARGS)
 
-# `make test` runs 200 lifecycles in a fixed order; this runs more, drawn at random (a failure prints its steps).
+# `make test` runs 200 lifecycles in a fixed order and 200 at random; this runs more at random (LIFECYCLE_EXAMPLES, default
+# 5,000; LIFECYCLE_SEED replays a run: its seed is printed, and with a failure its steps).
 test-lifecycle-soak: env
-	LIFECYCLE_SOAK=1 $(PY) -m pytest -q -p no:cacheprovider tests/functional/test_lifecycle_machine.py $(PYTEST_ARGS)
+	LIFECYCLE_SOAK=1 $(PY) -m pytest -q -s -p no:cacheprovider tests/functional/test_lifecycle_machine.py $(PYTEST_ARGS)
 
 test-engine: env
 	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)

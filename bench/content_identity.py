@@ -109,7 +109,7 @@ def measure(source: Any, results: Any, rows: int, repeats: int) -> dict[str, Any
     labelled = [str(i) for i in batch.column("id").to_pylist()[:CHANGED]]
     for _ in range(repeats):  # interleaved, so that machine noise hits all alike
         floors.append(timed(lambda: results.scan(selected_fields=("source_id",)).to_arrow())[0])
-        seconds, found = timed(lambda: unchanged([batch], "id", DoneRows(), results, 1))
+        seconds, found = timed(lambda: unchanged([batch], "id", DoneRows(), results, 1, run_id="bench"))
         lookups.append(seconds)
         assert found.count == RANGE - CHANGED, found.count
         floors2.append(timed(lambda: (source.scan(selected_fields=("id",)).to_arrow(),

@@ -28,6 +28,7 @@ from icebatch_job.stages.pipeline import in_flight_rows
 from tests.fault.conftest import Endpoint
 from tests.support.fault_proxy import fault_proxy
 from tests.support.job_process import JobProcess, start_job
+from tests.support.live_rows import live_rows
 
 pytestmark = [pytest.mark.fault]
 POINTS = ("read", "chunk.buffered", "chunk.written", "commit.before", "commit.after", "chunk.between")
@@ -228,6 +229,30 @@ def test_a_job_whose_engine_stops_answering_stops_itself_and_loses_nothing(
     resumed = start_job(s, _consumer(s), tag=f"after-stall{answered}")
     assert resumed.wait() == 0, resumed.output()[-3000:]
     assert sorted(_committed(ledger)) == sorted(_source_rows(ledger))
+    assert ledger.plan() is None
+
+
+def test_a_retried_append_resumed_after_a_kill_labels_each_live_row_once(job_settings: Settings) -> None:
+    # given 30 tickets, the same 30 appended again as they are (a writer that retried a commit which had landed),
+    # then 10 more: whichever rows the first chunk commits, at least 26 of them have a copy elsewhere in the range
+    s = job_settings
+    _tickets(s, 30, seed=8)
+    ledger = _ledger(s)
+    source = ledger.source()
+    source.append(source.scan().to_arrow())
+    _tickets(s, 10, seed=9)
+    # when the job is SIGKILLed (its whole tree) once its first chunk is committed, and run again
+    job = start_job(s, _consumer(s), failpoint="chunk.between@1", tag="retried-kill")
+    assert job.wait_for_failpoint() is not None, job.output()[-3000:]
+    job.kill_tree()
+    assert 0 < len(_committed(ledger)) < 40
+    resumed = start_job(s, _consumer(s), tag="retried-resume")
+    assert resumed.wait() == 0, resumed.output()[-3000:]
+    # then every live id has one verdict, counted from the files (not by the job's own planner)
+    live = Counter(live_rows(ledger.source()).column("ticket_id").to_pylist())
+    verdicts = Counter(ledger.results().scan(selected_fields=("source_id",)).to_arrow().column(0).to_pylist())
+    assert (len(live), sum(live.values())) == (40, 70)
+    assert verdicts == Counter(set(live)), {i: n for i, n in verdicts.items() if n != 1}
     assert ledger.plan() is None
 
 

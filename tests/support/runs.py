@@ -11,6 +11,7 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan
@@ -104,6 +105,24 @@ def dies_after(rows: int) -> Callable[[Iterator[pa.Table]], Iterator[pa.Table]]:
                 yield pa.Table.from_batches([one])
 
     return transform
+
+
+class KilledAtCommit(ResultsLedger):
+    """A ledger whose process dies at its ``nth`` chunk commit: the chunk's data files written and the commit not
+    sent (``landed=False``), or the commit taken by the catalog and the job not yet told (``landed=True``)."""
+
+    def __init__(self, ledger: ResultsLedger, nth: int, *, landed: bool) -> None:
+        super().__init__(ledger.catalog, ledger.consumer)
+        self.nth, self.landed, self.commits = nth, landed, 0
+
+    def commit_chunk(self, *args: Any, **kwargs: Any) -> CommitResult:
+        self.commits += 1
+        if self.commits == self.nth and not self.landed:
+            raise Crash(f"killed before commit {self.nth}, its data files written")
+        result = super().commit_chunk(*args, **kwargs)
+        if self.commits == self.nth:
+            raise Crash(f"killed once commit {self.nth} landed")
+        return result
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from icebatch.core.ledger import superseded_filter
 
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_ID, SOURCE_POS
 from icebatch_job.commit.done import DoneRows
@@ -59,12 +60,26 @@ class Unchanged:
 
 
 def unchanged(
-    candidates: Iterable[pa.Table], id_column: str, done: DoneRows, results: Table | None, task_version: int,
-    *, keep_first: bool = False,
-) -> Unchanged:  # fmt: skip
+    candidates: Iterable[pa.Table],
+    id_column: str,
+    done: DoneRows,
+    results: Table | None,
+    task_version: int,
+    *,
+    run_id: str,
+    committed: Iterable[tuple[str, int | None]] = (),
+    keep_first: bool = False,
+) -> Unchanged:
     """Of the range's rows (as read: with ``SOURCE_FILE``/``SOURCE_POS``/``SOURCE_HASH``), those not done whose
-    (id, hash) has a verdict of ``task_version``, or repeats an earlier row's. ``keep_first`` (the consumer's
-    ``on_update``): also those whose id has a verdict of ``task_version``, whatever its content."""
+    (id, hash) has a verdict of ``task_version`` from a run other than ``run_id``, or repeats an earlier row's: one
+    read before it, or one the run's earlier attempts committed (``committed``: their (id, hash); those rows are
+    done, and not read again). ``keep_first`` (the consumer's ``on_update``): also those whose id has a verdict of
+    ``task_version`` from another run, whatever its content.
+
+    Every attempt of a run decides alike: the first sends the first row of each content and skips its repeats; a
+    resumed one counts the content its predecessors committed as sent before the rows it reads. The run's own
+    verdicts are that record, never an earlier run's (with ``keep_first`` they would also hide a changed row that the
+    first attempt sent)."""
     import pyarrow as pa
 
     batches = [b for b in candidates if b.num_rows]
@@ -76,11 +91,11 @@ def unchanged(
     positions = np.asarray(table.column(SOURCE_POS).to_pylist(), dtype=np.int64)
     ids = [str(v) for v in table.column(id_column).to_pylist()]
     hashes = table.column(SOURCE_HASH).to_pylist()
-    known, any_content = _verdicts(results, task_version, set(ids))
+    known, any_content = _verdicts(results, task_version, set(ids), run_id)
     if keep_first:
         any_content = any_content | {i for i, _ in known}
     already = done.contains(files, positions)
-    seen: set[tuple[str, int]] = set()
+    seen: set[tuple[str, int | None]] = set(committed)
     skip_files, skip_positions = [], []
     for f, p, i, h, was_done in zip(files, positions.tolist(), ids, hashes, already, strict=True):
         if was_done:
@@ -93,18 +108,23 @@ def unchanged(
     return Unchanged(rows, len(skip_files))
 
 
-def _verdicts(results: Table | None, task_version: int, ids: set[str]) -> tuple[set[tuple[str, int]], set[str]]:
-    """The (id, hash) pairs of ``ids`` with a verdict of ``task_version``; the ids whose verdict has no hash."""
+def _verdicts(
+    results: Table | None, task_version: int, ids: set[str], run_id: str
+) -> tuple[set[tuple[str, int]], set[str]]:
+    """The (id, hash) pairs of ``ids`` with a verdict of ``task_version`` from a run other than ``run_id``; the ids
+    whose verdict has no hash."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyiceberg.expressions import EqualTo
+    from pyiceberg.expressions import And, EqualTo, NotEqualTo
 
     if results is None or results.current_snapshot() is None or not ids:
         return set(), set()
     hashed = results.schema().find_field("source_hash", case_sensitive=False) is not None
     columns = ("source_id", "source_hash") if hashed else ("source_id",)
     equal_to: Any = EqualTo
-    table = results.scan(row_filter=equal_to("task_version", task_version), selected_fields=columns).to_arrow()
+    not_equal_to: Any = NotEqualTo
+    others = And(equal_to("task_version", task_version), not_equal_to("run_id", run_id))
+    table = results.scan(row_filter=others, selected_fields=columns).to_arrow()
     table = table.filter(pc.is_in(table.column("source_id"), value_set=pa.array(sorted(ids), pa.string())))
     found = table.column("source_id").to_pylist()
     hashes = table.column("source_hash").to_pylist() if hashed else [None] * len(found)
@@ -125,21 +145,14 @@ class Removals:
         return len(self.gone) + len(self.superseded)
 
     def expression(self, run_id: str, task_version: int) -> BooleanExpression | None:
-        from pyiceberg.expressions import And, EqualTo, In, NotEqualTo, Or
+        from pyiceberg.expressions import In, Or
 
-        equal_to: Any = EqualTo  # the pydantic mypy plugin misreads these expressions' own __init__
-        not_equal_to: Any = NotEqualTo
-        is_in: Any = In
+        is_in: Any = In  # the pydantic mypy plugin misreads these expressions' own __init__
         parts: list[Any] = []
         if self.gone:
             parts.append(is_in("source_id", self.gone))
         if self.superseded:
-            parts.append(
-                And(
-                    equal_to("task_version", task_version),
-                    And(is_in("source_id", self.superseded), not_equal_to("run_id", run_id)),
-                )
-            )
+            parts.append(superseded_filter(self.superseded, run_id, task_version))
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else Or(parts[0], parts[1])
@@ -152,13 +165,11 @@ def removals(
     """The verdicts of ids not live in the source at ``to_snapshot`` (``id_column``: its name there; none when
     ``keep_deleted``, the consumer's ``on_delete: keep``), and those of this task version that this run's verdicts
     (``labelled``: ids of its rows not yet committed) supersede."""
-    from pyiceberg.expressions import And, EqualTo, In, NotEqualTo
+    from pyiceberg.expressions import EqualTo
 
     if results is None or results.current_snapshot() is None:
         return Removals((), ())
     equal_to: Any = EqualTo  # the pydantic mypy plugin misreads these expressions' own __init__
-    not_equal_to: Any = NotEqualTo
-    is_in: Any = In
     gone: list[str] = []
     if not keep_deleted:
         verdicts = results.scan(selected_fields=("source_id",)).to_arrow().column(0)
@@ -169,10 +180,8 @@ def removals(
     if not relabelled:
         return Removals(tuple(gone), ())
     others = results.scan(
-        row_filter=And(equal_to("task_version", task_version),
-                       And(is_in("source_id", relabelled), not_equal_to("run_id", run_id))),
-        selected_fields=("source_id",),
-    ).to_arrow()  # fmt: skip
+        row_filter=superseded_filter(relabelled, run_id, task_version), selected_fields=("source_id",)
+    ).to_arrow()
     superseded = sorted(set(others.column(0).to_pylist()) - set(gone))
     return Removals(tuple(gone), tuple(superseded))
 

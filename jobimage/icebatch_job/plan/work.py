@@ -13,7 +13,7 @@ from icebatch.core.ledger import Key, ResultsLedger, RunPlan
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.commit.chunks import RunProgress, load_progress
-from icebatch_job.commit.done import DoneRows
+from icebatch_job.commit.done import DoneRows, committed_rows
 from icebatch_job.plan.deletes import readable_deletes
 from icebatch_job.plan.identity import id_texts, labelled_ids, removals, unchanged
 from icebatch_job.plan.source import PlannedRange, plan_range, read_rows
@@ -55,11 +55,31 @@ def plan_work(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Tabl
         planned = replace(planned, rewrites=True)  # ids appended again: matched by content, as a rewrite is
     if not planned.rewrites:
         return plan, Work(planned, progress, skip, planned.rows)
-    found = unchanged(read_rows(planned, skip), task.id_column, skip, verdicts, task.version,
-                      keep_first=ledger.consumer.on_update == "keep_first")  # fmt: skip
+    found = unchanged(
+        read_rows(planned, skip),
+        task.id_column,
+        skip,
+        verdicts,
+        task.version,
+        run_id=plan.run_id,
+        committed=committed_contents(ledger, plan) if plan.resume else (),
+        keep_first=ledger.consumer.on_update == "keep_first",
+    )
     rows = planned.rows - found.count
     work = Work(planned, progress, skip.union(found.rows), rows, found.count)
     return replace(plan, expected_rows=rows), work
+
+
+def committed_contents(ledger: ResultsLedger, plan: RunPlan) -> list[tuple[str, int | None]]:
+    """The (id, content hash) of the rows a run's earlier attempts committed, as its plan saw them (its head): a
+    resumed attempt of a range matched by content counts them as sent (``identity.unchanged``)."""
+    results = ledger.results()
+    assert results is not None  # chunks were committed to it
+    hashed = results.schema().find_field("source_hash", case_sensitive=False) is not None
+    columns = ("source_id", "source_hash") if hashed else ("source_id",)
+    rows = committed_rows(results, plan.run_id, plan.task_version, columns, plan.head_snapshot_id)
+    hashes = rows.column("source_hash").to_pylist() if hashed else [None] * rows.num_rows
+    return list(zip(rows.column("source_id").to_pylist(), hashes, strict=True))
 
 
 def repeats(planned: PlannedRange, results: Table | None, task_version: int, run_id: str | None) -> bool:

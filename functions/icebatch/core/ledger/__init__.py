@@ -41,6 +41,8 @@ from icebatch.core.ledger.ledger import (
     RunPlan,
     new_run_id,
     open_ledger,
+    superseded_by_run,
+    superseded_filter,
 )
 from icebatch.core.ledger.summary import (
     Key,
@@ -79,4 +81,6 @@ __all__ = [
     "pin_range_end",
     "read_progress",
     "read_watermark",
+    "superseded_by_run",
+    "superseded_filter",
 ]

@@ -61,7 +61,9 @@ class Backlog:
     pending_rows: tuple[int, ...] = ()  # rows per pending snapshot, same order
     scan_from_exclusive: int | None = None  # where an incremental scan of the pending range starts
     deleted_rows: int = 0  # rows deleted in the range, net of rewrites, plus delete-file rows
-    rewrites: bool = False  # a ``delete`` or ``overwrite`` in the range: a run removes verdicts, even with no new rows
+    # a ``delete`` or ``overwrite`` in the range, or a watermark recorded by closing a run part way (its verdicts
+    # stand: the next run matches by content and removes those of rows deleted since): a run, even with no new rows
+    rewrites: bool = False
     gap: bool = False  # snapshots after the watermark were expired unprocessed: ``rows`` are those of live files
     # whose data sequence number is past the watermark's (copies of labelled rows among them are not sent again)
 

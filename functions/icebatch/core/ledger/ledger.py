@@ -19,9 +19,9 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from icebatch.core.catalog import SOURCE_FIX, load_table, open_catalog, table_exists
 from icebatch.core.errors import (
@@ -200,7 +200,7 @@ class ResultsLedger:
         same_table(wm.source_uuid, wm.source_uuid_at, source.metadata, source_table=self.source_table,
                    consumer=self.consumer.name)  # fmt: skip
         self.columns(source, wm)  # a task that cannot read the table as it is now: refused here, not in a job
-        return compute_backlog(
+        backlog = compute_backlog(
             source.metadata,
             source.io,
             source_table=self.source_table,
@@ -209,6 +209,7 @@ class ResultsLedger:
             watermark_seq=wm.source_sequence_number,
             upto=upto,
         )
+        return replace(backlog, rewrites=True) if wm.closed else backlog  # a closed run's verdicts to reconcile
 
     def columns(self, source: Table, watermark: Watermark) -> SourceColumns:
         """Where the task's columns are read in the source now (``icebatch.core.ledger.columns``); raises
@@ -310,6 +311,10 @@ class ResultsLedger:
         from pyiceberg.exceptions import CommitFailedException
 
         txn = table.transaction()
+        superseded = superseded_by_run(table, pending.run_id, self.consumer.task_version)
+        if superseded:  # what its last commit would have removed: older verdicts of the rows it labelled again
+            txn.delete(superseded_filter(superseded, pending.run_id, self.consumer.task_version))
+        props[Key.VERDICTS_SUPERSEDED] = str(len(superseded))
         with txn.update_snapshot(snapshot_properties=props).fast_append():
             pass
         try:
@@ -348,6 +353,7 @@ class ResultsLedger:
             ),
             resume=pending,
             head_snapshot_id=progress.head_snapshot_id,
+            match_content=progress.watermark.closed,  # as the run's first attempt planned it: every attempt alike
             source_uuid=str(source.metadata.table_uuid),
             source_format_version=source.metadata.format_version,
             source_columns=self.columns(source, progress.watermark),
@@ -639,6 +645,33 @@ def _has_results_of(results: Table, task_version: int) -> bool:
         return False
     scan = results.scan(row_filter=EqualTo(term="task_version", value=task_version))
     return any(task.file.record_count > 0 for task in scan.plan_files())
+
+
+def superseded_filter(ids: Sequence[str], run_id: str, task_version: int) -> BooleanExpression:
+    """The verdicts of ``task_version`` of these source ids from runs other than ``run_id``: those a verdict of
+    ``run_id`` supersedes (the row changed, and that run labelled it again)."""
+    from pyiceberg.expressions import And, EqualTo, In, NotEqualTo
+
+    equal_to: Any = EqualTo  # the pydantic mypy plugin misreads these expressions' own __init__
+    not_equal_to: Any = NotEqualTo
+    is_in: Any = In
+    return And(equal_to("task_version", task_version), And(is_in("source_id", ids), not_equal_to("run_id", run_id)))
+
+
+def superseded_by_run(table: Table, run_id: str, task_version: int) -> list[str]:
+    """The source ids that run ``run_id`` labelled and another run of ``task_version`` has a verdict of too."""
+    from pyiceberg.expressions import And, EqualTo
+
+    equal_to: Any = EqualTo
+    mine = table.scan(
+        row_filter=And(equal_to("run_id", run_id), equal_to("task_version", task_version)),
+        selected_fields=("source_id",),
+    ).to_arrow()
+    ids = sorted(set(mine.column(0).to_pylist()))
+    if not ids:
+        return []
+    others = table.scan(row_filter=superseded_filter(ids, run_id, task_version), selected_fields=("source_id",))
+    return sorted(set(others.to_arrow().column(0).to_pylist()))
 
 
 def open_ledger(settings: Settings, consumer: Consumer, *, control_plane: bool = False) -> ResultsLedger:
