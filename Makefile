@@ -182,6 +182,7 @@ bench: env
 	$(PY) -m bench.scale_out --rows 1000
 	$(PY) -m bench.chunk_cost --rows 2000
 	$(PY) -m bench.tokens_per_row
+	$(PY) -m bench.day
 	$(PY) -m bench.report
 
 # Needs an NVIDIA GPU and vLLM's CUDA build (the job image); exits non-zero with one line elsewhere.

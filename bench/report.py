@@ -203,6 +203,9 @@ def render() -> str:
             f"| $ per 1k tickets at the seed's 2,776 tok/s, $2.24208/h | seed: ${seed_usd:.4f} | "
             f"${ours:.4f} (bound ${bound:.4f}) | {ours / seed_usd:.2f} | |"
         )
+    day = _latest("day")
+    if day:
+        lines += _day(day)
     if c:
         cpu = c["machine"].get("cpu", {})
         walls = c["spread"]
@@ -236,6 +239,45 @@ def render() -> str:
             ),
         ]
     return "\n".join(lines)
+
+
+def _day(d: dict[str, Any]) -> list[str]:
+    """``bench.day``: a simulated day of triggers per launch policy, and the staleness the example consumers got."""
+    rows = d["results"]
+    today = {(r["gpu"], r["startup_s"]): r for r in rows if r["policy"].startswith("per crossing")}
+    lines = [
+        "",
+        f"A day of triggers (`bench.day`: {d['commits']:,} commits, {d['rows_per_consumer']:,} rows for each of the "
+        f"two consumers, {d['bulk_rows']:,} of them a nightly bulk load), through the launcher's own decision, "
+        "estimate and budget code on a simulated clock. The baseline is a job per threshold crossing (icebatch "
+        "before the cost gate); the batch price is the cheapest batch API's for the same tokens. The product runs "
+        f"the `{d['product_policy']}` policy today (linger and sharing are in the simulation only: "
+        "[limitations](limitations.md)).",
+        "",
+        "| GPU, start-up | policy | cold starts | GPU-hours | $ per 1k rows (batch API) | worst staleness (max) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        base = today[(r["gpu"], r["startup_s"])]
+        ratio = base["cold_starts"] / max(1, r["cold_starts"])
+        fewer = "" if r is base else " (as many)" if ratio < 1.05 else f" ({ratio:.{0 if ratio >= 10 else 1}f}x fewer)"
+        worst = ", ".join(
+            f"{name} {r['worst_staleness_s'][name] / 3600:.1f} h ({r['max_staleness_s'][name] / 3600:g} h)"
+            for name in r["worst_staleness_s"]
+        )
+        lines.append(
+            f"| {r['gpu']}, {r['startup_s']} s | {r['policy']} | {r['cold_starts']}{fewer} | {r['gpu_hours']:.2f} | "
+            f"${r['usd_per_1k_rows']:.4f} (${r['batch_usd_per_1k_rows']:.4f}) | {worst} |"
+        )
+    chosen = d["chosen_max_staleness_s"]
+    tried = ", ".join(f"{s['max_staleness_s'] / 3600:g} h {'meets' if s['meets'] else 'misses'}" for s in d["sweep"])
+    lines += [
+        "",
+        f"The example consumers' `max_staleness_seconds`: {chosen:,} ({chosen / 3600:g} h), the freshest at which the "
+        f"`{d['product_policy']}` policy keeps $ per 1k rows at or below the batch price with every row within it, "
+        f"in all four scenarios ({tried}).",
+    ]
+    return lines
 
 
 def section(text: str) -> str:

@@ -61,8 +61,10 @@ def k8s(aws_endpoint: str) -> Iterator[RayJobApi]:
 
 
 def kube(base: Settings, k8s: RayJobApi, aws_endpoint: str, *consumers: dict[str, Any], **kw: Any) -> Settings:
-    """The kuberay backend against the tests' API server, with these consumers (default: triage, threshold 50)."""
-    entries = consumers or ({"name": "triage", "backlog_threshold": 50},)
+    """The kuberay backend against the tests' API server, with these consumers (default: triage, threshold 50). A
+    consumer launches at its threshold alone (``cost_reference: off``) unless its entry says otherwise: the cost gate
+    has tests of its own (``test_a_run_that_does_not_pay_waits...``)."""
+    entries = [{"cost_reference": "off", **e} for e in consumers or ({"name": "triage", "backlog_threshold": 50},)]
     values: dict[str, Any] = {
         "backend": "kuberay",
         "eks_cluster": CLUSTER,
@@ -317,6 +319,52 @@ def test_decision_record_stale_backlog_below_threshold(settings: Settings, k8s: 
     time.sleep(1.2)
     d = decide(s, event("glue-table-change.json"))
     assert d["decision"] == "launch" and "max staleness 1 s" in d["reason"]
+
+
+def test_a_run_that_does_not_pay_waits_and_says_how_many_rows_would_make_it_pay(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    # given a consumer with the default cost gate (the cheapest batch API for the same tokens), 60 rows waiting
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 50, "cost_reference": "cheapest"})
+    tickets(s, 60)
+    # when a commit event arrives
+    d = decide(s, event("glue-table-change.json"))
+    # then the launcher waits: the run would cost more per 1k rows (start-up and idle tail included) than the batch
+    # APIs charge for its tokens, and the record says by how much and how many rows make it pay
+    assert d["decision"] == "wait" and k8s.names() == []
+    assert d["usd_per_1k_rows"] > d["ceiling_usd_per_1k_rows"] > 0
+    assert d["ceiling_basis"].endswith("for the same tokens") and d["rows_to_pay"] > 60
+    assert f"{d['rows_to_pay'] - 60:,} more rows make it pay" in d["reason"]
+    assert "of max staleness 21600 s" in d["reason"]
+    # and once that many rows wait, the run pays: the next commit launches it
+    tickets(s, d["rows_to_pay"] - 60, seed=2)
+    launched = decide(s, event("glue-table-change.json"))
+    assert launched["decision"] == "launch" and launched["usd_per_1k_rows"] <= launched["ceiling_usd_per_1k_rows"]
+    assert "it pays" in launched["reason"] and k8s.names() == [launched["job_name"]]
+
+
+def test_a_stale_backlog_launches_though_its_run_does_not_pay(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    # given a consumer whose rows must be labelled within 60 s, behind a ceiling no small run meets
+    entry = {"name": "triage", "backlog_threshold": 1, "max_staleness_seconds": 60, "max_usd_per_1k_rows": 0.01}
+    s = kube(settings, k8s, aws_endpoint, entry)
+    tickets(s, 30)
+    # when a commit event arrives (a run's start-up alone is longer than 60 s)
+    d = decide(s, event("glue-table-change.json"))
+    # then it launches anyway, and says why and what it costs
+    assert d["decision"] == "launch" and d["usd_per_1k_rows"] > 0.01
+    assert ">= max staleness 60 s; launched though $" in d["reason"]
+    assert "ceiling $0.0100 (max_usd_per_1k_rows)" in d["reason"]
+
+
+def test_the_schedule_drains_whatever_the_run_costs(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:
+    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "max_usd_per_1k_rows": 0.001})
+    tickets(s, 5)
+    assert decide(s, event("glue-table-change.json"))["decision"] == "skip"  # below its threshold of 100
+    d = decide(s, event("schedule.json"))
+    assert d["decision"] == "launch" and d["reason"] == "scheduled drain of 5 rows"
+    assert d["usd_per_1k_rows"] > d["ceiling_usd_per_1k_rows"] == 0.001  # recorded, not a reason to wait
 
 
 def test_decision_record_active_job(settings: Settings, k8s: RayJobApi, aws_endpoint: str) -> None:

@@ -22,12 +22,17 @@ def _skipped(consumer: str, *, over_budget: bool = False) -> dict[str, Any]:
     return {"consumer": consumer, "decision": "skip", "backlog_rows": 0, "over_budget": over_budget}
 
 
+def _waiting(consumer: str) -> dict[str, Any]:
+    return {"consumer": consumer, "decision": "wait", "backlog_rows": 40, "rows_to_pay": 700}
+
+
 SECOND_RUN = {
     # given a second demo in the same home: 300 new tickets on a table that held 300 labelled ones
     "first": [_launched("triage", 300), _launched("privacy", 300)],
     "second": [_skipped("triage"), _skipped("privacy")],
     "backfill_estimate": {"rows": 600},  # a new task version labels the whole table: both demos' rows
     "third": [_skipped("triage", over_budget=True), _skipped("privacy")],
+    "fourth": [_waiting("triage"), _waiting("privacy")],  # a small commit: held by the cost gate
 }
 
 
@@ -44,6 +49,7 @@ def test_a_second_demo_in_the_same_home_goes_as_expected() -> None:
         ({"second": [_skipped("triage"), _launched("privacy", 5)]}, "the launcher found work twice"),
         ({"third": [_skipped("triage"), _skipped("privacy")]}, "the over-budget backfill was not refused"),
         ({"first": []}, "nothing was launched"),
+        ({"fourth": [_waiting("triage"), _launched("privacy", 40)]}, "a small commit launched a job"),
     ],
 )
 def test_a_story_that_went_wrong_is_said_so(change: dict[str, Any], why: str) -> None:

@@ -3,9 +3,16 @@
 | trigger  | launches when                                                                 |
 | -------- | ----------------------------------------------------------------------------- |
 | schedule | backlog > 0 (the nightly drain)                                               |
-| append   | backlog >= threshold, or the oldest waiting row is older than max staleness   |
+| append   | backlog >= threshold and the run pays, or the oldest waiting row is older     |
+|          | than max staleness                                                            |
 | manual   | like append; with ``force``, whenever backlog > 0                             |
 | any      | a run part way through its range (chunks committed, then killed): resume it   |
+
+A run pays when its estimate per 1k rows, start-up and idle tail included, is at most the consumer's ceiling
+(``icebatch.core.estimate.CostCheck``: its ``max_usd_per_1k_rows``, else a batch API's price for the same tokens).
+An append (or a manual launch without ``force``) over the threshold whose run does not pay "waits": the rows it
+adds make the next one cheaper per row, until one pays or the oldest row reaches max staleness (then it launches
+anyway, and says so). The schedule drains whatever it costs.
 
 In this order, it never launches: for an event that does not concern the consumer ("ignored"); for a
 consumer that cannot run as it stands ("source_replaced": its source table is another table than the one
@@ -23,7 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Decision = Literal["launch", "dry_run", "skip", "ignored", "already_launched", "source_replaced", "invalid_task"]
+from icebatch.core.estimate import CostCheck
+
+Decision = Literal[
+    "launch", "dry_run", "skip", "wait", "ignored", "already_launched", "source_replaced", "invalid_task"
+]
 Refused = Literal["source_replaced", "invalid_task"]
 REFUSALS: tuple[Refused, ...] = (
     "source_replaced",
@@ -67,6 +78,18 @@ class GateInput:
     removals: int = 0  # no new rows, but rows deleted since the watermark: verdicts to remove
     rewritten: int = 0  # no new rows, but rows rewritten (copy-on-write) since the watermark: matched by content
     deferred: bool = False  # the range's last attempt had no model and found changed rows that need it
+    cost: CostCheck | None = None  # the run's price against the consumer's ceiling (None: no cost gate)
+    lead_seconds: float = 0.0  # how much earlier than max staleness a run must start (``staleness_lead``)
+
+    @property
+    def stale(self) -> bool:
+        """The oldest waiting row would wait past the consumer's max staleness (0: never) unless a run starts now: its
+        age and a run's start-up reach it."""
+        return (
+            self.max_staleness_seconds > 0
+            and self.oldest_age_seconds is not None
+            and self.oldest_age_seconds + self.lead_seconds >= self.max_staleness_seconds
+        )
 
 
 @dataclass(frozen=True)
@@ -74,6 +97,14 @@ class GateResult:
     decision: Decision
     reason: str
     over_budget: bool = False
+
+
+def staleness_lead(first_commit_seconds: float, oldest_age_seconds: float | None, commits: int) -> float:
+    """How long before the oldest row reaches max staleness a run must be launched: what a run takes to commit its first
+    chunk (start-up and the chunk's rows: the oldest rows are in it), and the wait for the trigger after this one,
+    expected one commit interval away (the mean gap between the waiting commits)."""
+    gap = oldest_age_seconds / max(1, commits - 1) if oldest_age_seconds and commits > 0 else 0.0
+    return first_commit_seconds + gap
 
 
 def decide(g: GateInput) -> GateResult:
@@ -84,6 +115,8 @@ def decide(g: GateInput) -> GateResult:
     if why is None:
         age = "" if g.oldest_age_seconds is None else f", oldest waiting {g.oldest_age_seconds:.0f} s"
         return GateResult("skip", f"backlog {g.backlog_rows} < threshold {g.threshold}{age}")
+    if (waits := _waits_for_rows_that_pay(g)) is not None:
+        return waits
     refused = _over_budget(g)
     if refused is not None:
         return refused
@@ -128,11 +161,6 @@ def _why_no_new_rows(g: GateInput) -> str:
 
 
 def _why_launch(g: GateInput) -> str | None:
-    stale = (
-        g.max_staleness_seconds > 0
-        and g.oldest_age_seconds is not None
-        and g.oldest_age_seconds >= g.max_staleness_seconds
-    )
     if g.resume is not None:
         return f"resume {g.resume}"
     if g.backlog_rows <= 0:  # whatever the trigger and the threshold: an erased row's verdict goes at once
@@ -141,15 +169,37 @@ def _why_launch(g: GateInput) -> str | None:
         return f"scheduled drain of {g.backlog_rows} rows"
     if g.kind == "manual" and g.force:
         return f"forced manual launch ({g.backlog_rows} rows)"
-    if g.backlog_rows >= g.threshold:
-        return f"backlog {g.backlog_rows} >= threshold {g.threshold}"
-    if stale:
+    if g.stale:
         assert g.oldest_age_seconds is not None
+        unpaid = f"; launched though {g.cost.summary()}" if _gated(g) and g.cost and not g.cost.pays else ""
         return (
-            f"backlog {g.backlog_rows} < threshold {g.threshold}, but the oldest row has waited "
-            f"{g.oldest_age_seconds:.0f} s >= max staleness {g.max_staleness_seconds} s"
+            f"backlog {g.backlog_rows}{' <' if g.backlog_rows < g.threshold else ' >='} threshold {g.threshold}, "
+            f"and the oldest row has waited {g.oldest_age_seconds:.0f} s{_lead(g)} >= max staleness "
+            f"{g.max_staleness_seconds} s{unpaid}"
         )
+    if g.backlog_rows >= g.threshold:
+        paid = f": {g.cost.summary()}" if _gated(g) and g.cost else ""
+        return f"backlog {g.backlog_rows} >= threshold {g.threshold}{paid}"
     return None
+
+
+def _lead(g: GateInput) -> str:
+    return f" (+ {g.lead_seconds:.0f} s: a run's first commit, the next trigger's wait)" if g.lead_seconds else ""
+
+
+def _gated(g: GateInput) -> bool:
+    """The cost gate applies: an append, or a manual launch without force, of new rows (not a resume)."""
+    return g.cost is not None and g.resume is None and g.backlog_rows > 0 and g.kind != "schedule" and not g.force
+
+
+def _waits_for_rows_that_pay(g: GateInput) -> GateResult | None:
+    if not _gated(g) or g.cost is None or g.cost.pays or g.stale:
+        return None
+    age = "" if g.oldest_age_seconds is None else f"{g.oldest_age_seconds:.0f} s"
+    stale = f"; the oldest row has waited {age} of max staleness {g.max_staleness_seconds} s" if age else ""
+    if g.max_staleness_seconds == 0:
+        stale = "; no max staleness: it waits until a run pays, the schedule drains, or a forced launch"
+    return GateResult("wait", f"waiting for a run that pays: {g.cost.summary()}{stale}")
 
 
 def _over_budget(g: GateInput) -> GateResult | None:

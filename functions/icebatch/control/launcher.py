@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from icebatch.control.backends import JobBackend
-from icebatch.control.gate import ActiveJob, Decision, GateInput, GateResult, Refusal, decide
+from icebatch.control.gate import ActiveJob, Decision, GateInput, GateResult, Refusal, decide, staleness_lead
 from icebatch.control.jobs import JobState
 from icebatch.control.model_files import model_problem
 from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_name, range_tag
@@ -30,7 +30,7 @@ from icebatch.control.triggers import Trigger, relevance
 from icebatch.core.bus import EventPublisher
 from icebatch.core.consumers import Consumer
 from icebatch.core.errors import InvalidEventError, InvalidTaskError, SourceReplacedError
-from icebatch.core.estimate import Estimate, estimate_run, spent_on
+from icebatch.core.estimate import CostCheck, Estimate, cost_check, estimate_run, spent_on
 from icebatch.core.events import BatchJobSubmitted, SnapshotRange
 from icebatch.core.ledger import Backlog, Pending, ResultsLedger, new_run_id
 from icebatch.core.settings import Settings
@@ -64,6 +64,12 @@ class LaunchDecision(BaseModel):
     reason: str
     over_budget: bool = False
     estimate_usd: float | None = None
+    # the cost gate: the run's $ per 1k rows (start-up and idle tail included), the consumer's ceiling, what it is,
+    # and how many rows in all would make a run pay (null: none would; all null: the consumer has no cost gate)
+    usd_per_1k_rows: float | None = None
+    ceiling_usd_per_1k_rows: float | None = None
+    ceiling_basis: str | None = None
+    rows_to_pay: int | None = None
     spent_today_usd: float | None = None  # today's (UTC) spend so far, read when the consumer had work
     max_usd_per_day: float | None = None  # the consumer's daily budget
     backend: str
@@ -109,6 +115,7 @@ class Observation:
     failed_attempts: int = 0
     active: ActiveJob | None = None
     estimate: Estimate | None = None
+    cost: CostCheck | None = None  # the run's price against the consumer's ceiling (new rows only)
     spent_today: float | None = None  # what the consumer's runs committed today cost (read when it has work)
     pending: Pending | None = None  # a run part way through its range: the launch resumes it
     deferred: bool = False  # the range's last attempt had no model and found rows that need it
@@ -187,6 +194,7 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         failed_attempts=sum(1 for j in same if j.failed),
         active=ActiveJob(active.name, active.from_tag == tag) if active else None,
         estimate=estimate_run(max(rows, 1), consumer, runs, ctx.settings) if needs_model else None,
+        cost=cost_check(rows, consumer, runs, ctx.settings) if pending is None and not removals_only else None,
         spent_today=spent_on(ctx.now, runs, ctx.settings),
         pending=pending,
         deferred=deferred,
@@ -221,6 +229,12 @@ def gate_input(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Con
         removals=_without_new_rows(seen.backlog, consumer)[0],
         rewritten=_without_new_rows(seen.backlog, consumer)[1],
         deferred=seen.deferred,
+        cost=seen.cost,
+        lead_seconds=(
+            staleness_lead(seen.estimate.first_commit_seconds, seen.age_seconds, seen.backlog.snapshots)
+            if seen.estimate and seen.cost and seen.backlog
+            else 0.0
+        ),
     )
 
 
@@ -321,6 +335,10 @@ def record(
         reason=gate.reason,
         over_budget=gate.over_budget,
         estimate_usd=round(seen.estimate.usd, 4) if seen.estimate else None,
+        usd_per_1k_rows=round(seen.cost.usd_per_1k_rows, 6) if seen.cost else None,
+        ceiling_usd_per_1k_rows=round(seen.cost.ceiling.usd_per_1k_rows, 6) if seen.cost else None,
+        ceiling_basis=seen.cost.ceiling.basis if seen.cost else None,
+        rows_to_pay=seen.cost.rows_to_pay if seen.cost else None,
         spent_today_usd=None if seen.spent_today is None else round(seen.spent_today, 6),
         max_usd_per_day=consumer.budget.max_usd_per_day if consumer.budget else None,
         backend=ctx.settings.top.backend,

@@ -16,6 +16,7 @@ the job runs exactly the task version the launcher estimated, without a file of 
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -52,6 +53,24 @@ Gpus = Annotated[int, Field(ge=1, le=64)]
 ModelName = Annotated[str, Field(min_length=1, max_length=1024)]
 # what a row of the source is called in reports, SNS subjects and the CLI ("tickets", "reviews")
 RowNoun = Annotated[str, Field(pattern=r"^[a-z][a-z -]{0,22}[a-z]$")]
+UsdPer1kRows = Annotated[float, Field(gt=0, le=10_000)]
+# a batch API price's name (``ICEBATCH_BATCH_API_PRICES``), ``cheapest`` of them, or ``off``
+CostReference = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")]
+MAX_USD_PER_1K_ROWS = (
+    "The cost gate's ceiling: an append launches a run only when its estimate, start-up and idle tail included, "
+    "is at most this many $ per 1k rows (or when the oldest waiting row reaches max_staleness_seconds). Default: "
+    "the cost_reference's price for the same tokens."
+)
+COST_REFERENCE = (
+    "What a run is compared with when max_usd_per_1k_rows is not set: a batch API of ICEBATCH_BATCH_API_PRICES by "
+    "name (`openai-batch:gpt-4o-mini`), `cheapest` of them for the run's tokens, or `off` (no cost gate: an append "
+    "launches at backlog_threshold)."
+)
+LINGER_SECONDS = (
+    "How long a job that drained its range looks back for, and waits for, more rows: it keeps its GPU node while "
+    "the rows that landed within this window would have paid for a cold start. Default: what a cold start costs "
+    "in time (the measured start-up and the idle tail)."
+)
 OnDelete = Literal["delete", "keep"]
 OnUpdate = Literal["relabel", "keep_first"]
 ON_DELETE = (
@@ -85,6 +104,9 @@ class _Entry(BaseModel):
     max_staleness_seconds: Staleness = 6 * 3600
     max_gpus: Gpus = 4
     model: ModelName | None = None
+    max_usd_per_1k_rows: UsdPer1kRows | None = Field(default=None, description=MAX_USD_PER_1K_ROWS)
+    cost_reference: CostReference = Field(default="cheapest", description=COST_REFERENCE)
+    linger_seconds: Annotated[int, Field(ge=0, le=86400)] | None = Field(default=None, description=LINGER_SECONDS)
     budget: Budget | None = None
     row_noun: RowNoun = Field(default="rows", description='What a source row is called in reports ("tickets").')
     on_delete: OnDelete = Field(default="delete", description=ON_DELETE)
@@ -109,6 +131,9 @@ class Consumer(BaseModel):
     max_staleness_seconds: Staleness = 6 * 3600
     max_gpus: Gpus = 4
     model: ModelName | None = None
+    max_usd_per_1k_rows: UsdPer1kRows | None = Field(default=None, description=MAX_USD_PER_1K_ROWS)
+    cost_reference: CostReference = Field(default="cheapest", description=COST_REFERENCE)
+    linger_seconds: Annotated[int, Field(ge=0, le=86400)] | None = Field(default=None, description=LINGER_SECONDS)
     budget: Budget | None = None
     row_noun: RowNoun = Field(default="rows", description='What a source row is called in reports ("tickets").')
     on_delete: OnDelete = Field(default="delete", description=ON_DELETE)
@@ -160,6 +185,7 @@ def load_consumers(settings: Settings) -> list[Consumer]:
     for consumer in consumers:
         _check_fits(consumer, settings)
         _check_travels(consumer)
+        _check_reference(consumer, settings)
     return consumers
 
 
@@ -172,6 +198,19 @@ def _check_travels(consumer: Consumer) -> None:
             f"in ICEBATCH_JOB_CONSUMER), more than the {MAX_JOB_CONSUMER_BYTES:,} an environment variable can hold "
             "(a job's process would not start). Fix: shorten the task's prompt or output schema"
         )
+
+
+def _check_reference(consumer: Consumer, settings: Settings) -> None:
+    """A cost reference must name a batch price the deployment lists: refused here, not by a launch that waits."""
+    names = [p.name for p in settings.cost.batch_prices()]
+    if consumer.cost_reference in ("cheapest", "off", *names):
+        return
+    close = difflib.get_close_matches(consumer.cost_reference, names, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ConfigError(
+        f"consumer {consumer.name!r}: cost_reference {consumer.cost_reference!r} is no batch price of "
+        f"ICEBATCH_BATCH_API_PRICES ({', '.join(names) or 'off'}); {hint}give one of them, `cheapest` or `off`"
+    )
 
 
 def _check_fits(consumer: Consumer, settings: Settings) -> None:
@@ -229,6 +268,9 @@ def _resolve(path: Path, index: int, raw: Any, settings: Settings) -> Consumer:
             max_staleness_seconds=entry.max_staleness_seconds,
             max_gpus=entry.max_gpus,
             model=entry.model,
+            max_usd_per_1k_rows=entry.max_usd_per_1k_rows,
+            cost_reference=entry.cost_reference,
+            linger_seconds=entry.linger_seconds,
             budget=entry.budget,
             row_noun=entry.row_noun,
             on_delete=entry.on_delete,

@@ -12,6 +12,11 @@ From metadata and the ledger only (the launcher never reads data files):
   idle tail (``ttlSecondsAfterFinished`` + ``consolidateAfter``), as ``run_cost`` bills them. Without
   history: ``ICEBATCH_ROWS_PER_GPU_HOUR`` and ``ICEBATCH_STARTUP_SECONDS_PRIOR``;
 - **$**: GPU-hours at the billing rate (``Settings.billing``).
+
+Whether a run pays (``CostCheck``, the launcher's cost gate): its $ per 1k rows, start-up and idle tail included,
+against the consumer's ceiling -- its ``max_usd_per_1k_rows``, else its ``cost_reference``: what the same tokens cost
+at a batch API (``icebatch.core.batch_prices``) -- and how many rows in all make a run pay: a run's cost is a fixed
+part (start-up, idle tail) plus a part per row, so its price per row falls as it grows, towards the part per row.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from icebatch.core.batch_prices import BatchPrice
 from icebatch.core.consumers import Consumer
 from icebatch.core.costs import CostBreakdown, CostInputs, cost_breakdown
 from icebatch.core.ledger.summary import Key, RunRecord, RunTotals
@@ -43,6 +49,9 @@ class Estimate:
     usd_per_hour: float
     instance_type: str | None
     basis: str  # where the tokens per row come from
+    fixed_usd: float = 0.0  # of ``usd``, what the run pays whatever its rows: start-up and idle tail per GPU
+    startup_seconds: float = 0.0  # from launch to the first answer: the measured start-up (or the prior)
+    first_commit_seconds: float = 0.0  # from launch to the first chunk's commit: start-up and a chunk's rows
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -58,6 +67,10 @@ class Estimate:
             "instance_type": self.instance_type,
             "basis": self.basis,
         }
+
+    @property
+    def usd_per_1k_rows(self) -> float | None:
+        return self.usd / self.rows * 1000 if self.rows else None
 
 
 def gpus_for(rows: int, consumer: Consumer, settings: Settings) -> int:
@@ -114,11 +127,7 @@ def estimate_run(rows: int, consumer: Consumer, runs: Sequence[RunRecord], setti
     billing = settings.billing()
     tin, tout, basis = tokens_per_row(consumer, runs, settings.launch.row_tokens_prior)
     gpus = gpus_for(rows, consumer, settings)
-    tail = (
-        settings.cluster.job_ttl_seconds + settings.cluster.karpenter_consolidate_seconds
-        if settings.top.backend == "kuberay"
-        else 0
-    )
+    tail = idle_tail_seconds(settings)
     speed = pace(consumer, runs, settings)
     engine_hours = rows / speed.rows_per_gpu_hour
     gpu_hours = engine_hours + gpus * (speed.fixed_seconds + tail) / 3600 if rows else 0.0
@@ -136,7 +145,17 @@ def estimate_run(rows: int, consumer: Consumer, runs: Sequence[RunRecord], setti
         usd_per_hour=billing.usd_per_hour,
         instance_type=billing.instance_type,
         basis=basis,
+        fixed_usd=gpus * (speed.fixed_seconds + tail) / 3600 * billing.usd_per_hour if rows else 0.0,
+        startup_seconds=speed.fixed_seconds,
+        first_commit_seconds=speed.fixed_seconds
+        + min(rows, settings.progress.chunk_rows) / speed.rows_per_gpu_hour * 3600,
     )
+
+
+def idle_tail_seconds(settings: Settings) -> int:
+    """What a job's GPU node lives on after it ends: the RayJob's TTL and Karpenter's consolidation (kuberay only)."""
+    c = settings.cluster
+    return c.job_ttl_seconds + c.karpenter_consolidate_seconds if settings.top.backend == "kuberay" else 0
 
 
 def run_cost(totals: RunTotals, settings: Settings) -> CostBreakdown:
@@ -174,3 +193,110 @@ def spent_on(day: datetime, runs: Sequence[RunRecord], settings: Settings) -> fl
         for run in runs
         if not run.is_reset and start <= run.committed_at_ms < start + 86_400_000
     )
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """What a run may cost per 1k rows, and where that figure comes from."""
+
+    usd_per_1k_rows: float
+    basis: str  # "max_usd_per_1k_rows" or "<provider:model> for the same tokens"
+
+
+def reference_price(consumer: Consumer, settings: Settings, input_tokens: int, output_tokens: int) -> BatchPrice | None:
+    """The batch API the consumer's runs are compared with (``cost_reference``): the one it names, or for
+    ``cheapest`` the deployment's cheapest for these tokens; None for ``off`` or a deployment with no prices."""
+    prices = settings.cost.batch_prices()
+    if consumer.cost_reference == "off" or not prices:
+        return None
+    if consumer.cost_reference == "cheapest":
+        return min(prices, key=lambda p: p.cost(input_tokens, output_tokens))
+    return next((p for p in prices if p.name == consumer.cost_reference), None)
+
+
+def ceiling(consumer: Consumer, estimate: Estimate, settings: Settings) -> Ceiling | None:
+    """The consumer's ceiling for a run of ``estimate``'s tokens per row (None: no cost gate)."""
+    if consumer.max_usd_per_1k_rows is not None:
+        return Ceiling(consumer.max_usd_per_1k_rows, "max_usd_per_1k_rows")
+    price = reference_price(consumer, settings, estimate.input_tokens, estimate.output_tokens)
+    if price is None or not estimate.rows:
+        return None
+    per_1k = price.cost(estimate.input_tokens, estimate.output_tokens) / estimate.rows * 1000
+    return Ceiling(per_1k, f"{price.name} for the same tokens") if per_1k > 0 else None
+
+
+@dataclass(frozen=True)
+class CostCheck:
+    """A run's price per 1k rows beside the consumer's ceiling (the launcher's cost gate)."""
+
+    usd_per_1k_rows: float
+    ceiling: Ceiling
+    rows: int
+    rows_to_pay: int | None  # the fewest rows in all whose run costs at most the ceiling (None: no run does)
+    usd_per_1k_rows_at_scale: float  # the price per 1k rows a very large run tends to: generation alone
+
+    @property
+    def pays(self) -> bool:
+        return self.usd_per_1k_rows <= self.ceiling.usd_per_1k_rows
+
+    def summary(self) -> str:
+        """One line: what the run costs per 1k rows against the ceiling, and what would make it pay."""
+        c = self.ceiling
+        head = f"${self.usd_per_1k_rows:,.4f} per 1k rows (start-up and idle tail included)"
+        against = f"ceiling ${c.usd_per_1k_rows:,.4f} ({c.basis})"
+        if self.pays:
+            return f"{head} <= {against}: it pays"
+        if self.rows_to_pay is None:
+            at_scale = f"${self.usd_per_1k_rows_at_scale:,.4f}"
+            return f"{head} > {against}: no run pays, generation alone costs {at_scale} per 1k rows at this pace"
+        return f"{head} > {against}: {self.rows_to_pay - self.rows:,} more rows make it pay"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "usd_per_1k_rows": round(self.usd_per_1k_rows, 6),
+            "ceiling_usd_per_1k_rows": round(self.ceiling.usd_per_1k_rows, 6),
+            "ceiling_basis": self.ceiling.basis,
+            "pays": self.pays,
+            "rows_to_pay": self.rows_to_pay,
+        }
+
+
+def cost_check(rows: int, consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> CostCheck | None:
+    """Whether a run of ``rows`` pays against the consumer's ceiling (None: the consumer has none, or no rows)."""
+    if rows <= 0:
+        return None
+    here = estimate_run(rows, consumer, runs, settings)
+    limit = ceiling(consumer, here, settings)
+    if limit is None or here.usd_per_1k_rows is None:
+        return None
+    per_row = _usd_per_row_at_scale(consumer, runs, settings)
+    return CostCheck(
+        here.usd_per_1k_rows, limit, rows, _rows_to_pay(rows, consumer, runs, settings, limit), per_row * 1000
+    )
+
+
+def _usd_per_row_at_scale(consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> float:
+    return settings.billing().usd_per_hour / pace(consumer, runs, settings).rows_per_gpu_hour
+
+
+def _rows_to_pay(
+    rows: int, consumer: Consumer, runs: Sequence[RunRecord], settings: Settings, limit: Ceiling
+) -> int | None:
+    """The fewest rows (at least ``rows``) whose run's estimate is at most ``limit`` per 1k rows, by bisection over
+    the estimate itself (its GPUs grow with rows); None when not even 10^9 rows pay."""
+
+    def pays(n: int) -> bool:
+        per_1k = estimate_run(n, consumer, runs, settings).usd_per_1k_rows
+        return per_1k is not None and per_1k <= limit.usd_per_1k_rows
+
+    if pays(rows):
+        return rows
+    low, high = rows, max(rows * 2, 2)
+    while not pays(high):
+        if high >= 10**9:
+            return None
+        low, high = high, min(high * 4, 10**9)
+    while high - low > 1:  # pays(high), not pays(low)
+        middle = (low + high) // 2
+        low, high = (low, middle) if pays(middle) else (middle, high)
+    return high

@@ -8,12 +8,16 @@
    reporter handler, which prints that consumer's cost report and files it under ICEBATCH_HOME/reports,
 5. the launcher again: nothing new, no job,
 6. a new version of a task: its consumer must label the whole table again (a backfill); the estimate
-   says what that costs, and the launcher refuses it while it exceeds the consumer's budget.
+   says what that costs, and the launcher refuses it while it exceeds the consumer's budget,
+7. a few more tickets in one commit, and its Glue event (sam/events/glue-table-change.json), for consumers that
+   launch on any commit whose run costs at most $0.02 per 1k rows: the cost gate waits, saying what the run would
+   cost per 1k rows (start-up included) and how many more rows would make it pay.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +28,8 @@ from icebatch.core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEDULE_EVENT = REPO / "sam" / "events" / "schedule.json"
-STEPS = 6
+COMMIT_EVENT = REPO / "sam" / "events" / "glue-table-change.json"
+STEPS = 7
 
 
 def _schedule_event() -> dict[str, Any]:
@@ -32,6 +37,16 @@ def _schedule_event() -> dict[str, Any]:
         data: dict[str, Any] = json.loads(SCHEDULE_EVENT.read_text())
         return data
     return {"trigger": "schedule", "schedule": "nightly"}
+
+
+def _commit_event(table: str) -> dict[str, Any]:
+    """A Glue commit event for ``table`` (the SAM event file's, outside a clone a manual launch as an append)."""
+    if COMMIT_EVENT.exists():
+        event: dict[str, Any] = json.loads(COMMIT_EVENT.read_text())
+        namespace, name = table.split(".")
+        event["detail"] = {**event["detail"], "databaseName": namespace, "tableName": name}
+        return event
+    return {"action": "launch", "as_trigger": "append"}
 
 
 class Demo:
@@ -43,10 +58,10 @@ class Demo:
     def step(self, n: int, text: str) -> None:
         self.out(f"\n==> {n}/{STEPS} {text}")
 
-    def launch(self, settings: Settings | None = None) -> list[dict[str, Any]]:
+    def launch(self, settings: Settings | None = None, event: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         from icebatch.tools.invoke import invoke
 
-        response = invoke("launcher", _schedule_event(), settings or self.settings, logs_to_stderr=True)
+        response = invoke("launcher", event or _schedule_event(), settings or self.settings, logs_to_stderr=True)
         if response["status"] != "ok":
             raise RuntimeError(f"the launcher answered {response['status']}: {response.get('reason')}")
         for d in response["decisions"]:
@@ -102,19 +117,36 @@ class Demo:
 
     def new_version(self, name: str, budget: float) -> Settings:
         """A copy of the consumers file whose task ``name`` is one version up, with a smaller budget."""
+
+        def bump(entry: dict[str, Any], task: dict[str, Any]) -> None:
+            if entry["name"] == name:
+                task["version"] += 1
+                entry["budget"] = {"max_usd_per_run": budget}
+
+        return self.consumers_copy("demo-consumers", bump)
+
+    def gated(self, ceiling: float) -> Settings:
+        """A copy of the consumers file where any commit may launch a run, if it costs at most ``ceiling`` per 1k
+        rows (the example's thresholds would hold a small commit back before the gate looked at it)."""
+
+        def gate(entry: dict[str, Any], _task: dict[str, Any]) -> None:
+            entry.update(backlog_threshold=1, max_usd_per_1k_rows=ceiling)
+
+        return self.consumers_copy("demo-consumers-gated", gate)
+
+    def consumers_copy(self, folder_name: str, change: Callable[[dict[str, Any], dict[str, Any]], None]) -> Settings:
+        """Settings with a copy of the consumers file (and its tasks) under the home, each entry and task changed."""
         import yaml
 
         from icebatch.core.consumers import DEFAULT_CONSUMERS_FILE
 
         source = self.settings.launch.consumers_file or DEFAULT_CONSUMERS_FILE
-        folder = self.settings.home / "demo-consumers"
+        folder = self.settings.home / folder_name
         folder.mkdir(parents=True, exist_ok=True)
         spec = yaml.safe_load(source.read_text())
         for entry in spec["consumers"]:
             task = json.loads((source.parent / entry["task"]).read_text())
-            if entry["name"] == name:
-                task["version"] += 1
-                entry["budget"] = {"max_usd_per_run": budget}
+            change(entry, task)
             (folder / Path(entry["task"]).name).write_text(json.dumps(task))
             entry["task"] = Path(entry["task"]).name
         (folder / "consumers.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -126,12 +158,14 @@ def went_as_expected(
     second: list[dict[str, Any]],
     backfill_estimate: dict[str, Any],
     third: list[dict[str, Any]],
+    fourth: list[dict[str, Any]],
     *,
     bumped: str,
     table_rows: int,
 ) -> bool:
     """The story's checks: every consumer launched and completed, then nothing new, then a backfill of the whole
-    table (every row it holds, this demo's and earlier demos' in the same home) estimated and refused."""
+    table (every row it holds, this demo's and earlier demos' in the same home) estimated and refused, then a small
+    commit held by the cost gate for every consumer."""
     return (
         bool(first)
         and all(d["decision"] == "launch" for d in first)
@@ -139,6 +173,8 @@ def went_as_expected(
         and all(d["decision"] == "skip" and d["backlog_rows"] == 0 for d in second)
         and backfill_estimate["rows"] == table_rows
         and next(d for d in third if d["consumer"] == bumped)["over_budget"]
+        and bool(fourth)
+        and all(d["decision"] == "wait" and (d["rows_to_pay"] or math.inf) > d["backlog_rows"] for d in fourth)
     )
 
 
@@ -162,7 +198,15 @@ def run_demo(settings: Settings, *, tickets: int = 300, batches: int = 5, out: C
     backfill = demo.new_version(bumped, budget=0.01)
     estimate = demo.estimates(read_consumers_file(backfill.launch.consumers_file or Path(), backfill)[:1], backfill)
     third = demo.launch(backfill)
-    ok = went_as_expected(first, second, estimate[0], third, bumped=bumped, table_rows=demo.table_rows())
+    table_rows = demo.table_rows()  # what the backfill must label: every row before step 7's
+    demo.step(
+        7,
+        f"{COMMIT_EVENT.name}: one commit of 40 tickets, for consumers that launch on any commit whose run "
+        "costs at most $0.02 per 1k rows (a run this small pays mostly for its start-up)",
+    )
+    demo.tickets(40, 1)
+    fourth = demo.launch(demo.gated(0.02), event=_commit_event(settings.catalog.source_table))
+    ok = went_as_expected(first, second, estimate[0], third, fourth, bumped=bumped, table_rows=table_rows)
     minutes = (time.monotonic() - started) / 60
     if not ok:
         out(

@@ -60,18 +60,30 @@ def pending_dict(p: Pending | None, *, end_expired: bool = False) -> dict[str, A
 
 
 def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
+    from icebatch.core.estimate import cost_check
     from icebatch.core.ledger import open_ledger
 
-    found, stale = [], set()
+    found, stale, costs = [], set(), {}
     for c in selected(settings, args.consumer):
         ledger = open_ledger(settings, c, control_plane=True)
         progress, source = ledger.progress(), ledger.source()
-        found.append((c, ledger.backlog(watermark=progress.watermark, source=source), progress.pending))
+        backlog = ledger.backlog(watermark=progress.watermark, source=source)
+        found.append((c, backlog, progress.pending))
         if progress.pending is not None and ledger.end_expired(progress.pending, source):
             stale.add(c.name)
+        costs[c.name] = cost_check(backlog.rows, c, ledger.runs(), settings) if progress.pending is None else None
     if args.json:
-        print_json([{**b.to_dict(), "task_version": c.task_version,
-                     "in_progress": pending_dict(p, end_expired=c.name in stale)} for c, b, p in found])  # fmt: skip
+        print_json(
+            [
+                {
+                    **b.to_dict(),
+                    "task_version": c.task_version,
+                    "in_progress": pending_dict(p, end_expired=c.name in stale),
+                    "cost_gate": check.to_dict() if (check := costs[c.name]) else None,
+                }
+                for c, b, p in found
+            ]
+        )
         return 0
     for c, b, p in found:
         age = b.oldest_pending_age_seconds()
@@ -90,6 +102,8 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
         if b.gap:
             print("expired history       : snapshots after the watermark were expired; their rows are found among the "
                   "live files (by data sequence number; format v1: all of them) and matched by content")  # fmt: skip
+        if (check := costs[c.name]) is not None:
+            print(f"cost gate             : {check.summary()}")
         if p is not None:
             print(f"in progress           : {p.describe()} (to snapshot {p.to_snapshot_inclusive})")
         if c.name in stale:
@@ -100,7 +114,7 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch.core.estimate import estimate_run, spent_on
+    from icebatch.core.estimate import cost_check, estimate_run, spent_on
     from icebatch.core.ledger import open_ledger
 
     out = []
@@ -109,10 +123,13 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         runs = ledger.runs()
         backlog = ledger.backlog()
         estimate = estimate_run(backlog.rows, consumer, runs, settings)
+        check = cost_check(backlog.rows, consumer, runs, settings)
         budget = consumer.budget
         out.append(
             {
                 **estimate.to_dict(),
+                "cost_gate": check.to_dict() if check else None,
+                "cost_gate_summary": check.summary() if check else None,
                 "watermark_snapshot_id": backlog.watermark_snapshot_id,
                 "current_snapshot_id": backlog.current_snapshot_id,
                 "spent_today_usd": round(spent_on(datetime.now(UTC), runs, settings), 4),
@@ -135,6 +152,8 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         )
         print(f"cost (estimated)      : ${e['usd']:,.4f}; budget {per_run} per run, {per_day} per day")
         print(f"spent today           : ${e['spent_today_usd']:,.4f}")
+        if e["cost_gate_summary"]:
+            print(f"cost gate             : {e['cost_gate_summary']}")
         print()
     return 0
 

@@ -13,9 +13,29 @@ from icebatch.core.report import watermark_text
 from icebatch.core.settings import Settings
 from icebatch.tools.cli.common import consumer_option, print_json
 
-DECISION_KEYS = ("consumer", "task_version", "trigger", "origin", "table", "watermark_snapshot_id",
-                 "current_snapshot_id", "backlog_rows", "oldest_unprocessed_age_seconds", "threshold", "estimate_usd",
-                 "active_job", "decision", "reason", "job_name", "gpus", "submission")  # fmt: skip
+DECISION_KEYS = (
+    "consumer",
+    "task_version",
+    "trigger",
+    "origin",
+    "table",
+    "watermark_snapshot_id",
+    "current_snapshot_id",
+    "backlog_rows",
+    "oldest_unprocessed_age_seconds",
+    "threshold",
+    "estimate_usd",
+    "usd_per_1k_rows",
+    "ceiling_usd_per_1k_rows",
+    "ceiling_basis",
+    "rows_to_pay",
+    "active_job",
+    "decision",
+    "reason",
+    "job_name",
+    "gpus",
+    "submission",
+)
 
 
 def print_decisions(response: dict[str, Any], *, as_json: bool, show_manifests: bool) -> int:
