@@ -37,8 +37,13 @@ def build(home: Path, snapshots: int, rows: int) -> tuple[object, int]:
 
     settings = Settings(home=home)
     source = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
-    ids = append_many(source, snapshots, lambda _rng: rows, seed=snapshots,
-                      progress=lambda n: print(f"    {n}/{snapshots} snapshots", flush=True))  # fmt: skip
+    ids = append_many(
+        source,
+        snapshots,
+        lambda _rng: rows,
+        seed=snapshots,
+        progress=lambda n: print(f"    {n}/{snapshots} snapshots", flush=True),
+    )
     ledger = open_ledger(settings, consumer_named(load_consumers(settings), "triage"))
     half = ledger.plan(to_snapshot_inclusive=ids[snapshots // 2 - 1] if snapshots > 1 else ids[0])
     run_once(ledger, plan=half)
@@ -103,22 +108,49 @@ def main() -> None:
             s = scan_count(settings, watermark_ms)
             scan.append(time.perf_counter() - t)
         expected = args.rows * (snapshots - snapshots // 2)
-        results.append({
-            "snapshots": snapshots, "rows": snapshots * args.rows, "backlog_rows": m, "scan_rows": s,
-            "expected_backlog": expected, "metadata_seconds": meta, "scan_seconds": scan,
-            "median_metadata_s": median(meta), "median_scan_s": median(scan),
-            "scan_over_metadata": median(scan) / median(meta),
-            "floor_seconds": floor, "median_floor_s": median(floor),
-            "metadata_over_floor": median(meta) / median(floor),
-        })  # fmt: skip
+        results.append(
+            {
+                "snapshots": snapshots,
+                "rows": snapshots * args.rows,
+                "backlog_rows": m,
+                "scan_rows": s,
+                "expected_backlog": expected,
+                "metadata_seconds": meta,
+                "scan_seconds": scan,
+                "median_metadata_s": median(meta),
+                "median_scan_s": median(scan),
+                "scan_over_metadata": median(scan) / median(meta),
+                "floor_seconds": floor,
+                "median_floor_s": median(floor),
+                "metadata_over_floor": median(meta) / median(floor),
+            }
+        )
         assert m == expected, (m, expected)
-    rows = [("snapshots", "rows", "backlog", "floor (median)", "metadata (median)", "metadata / floor", "scan (median)",
-             "scan / metadata")]  # fmt: skip
+    rows = [
+        (
+            "snapshots",
+            "rows",
+            "backlog",
+            "floor (median)",
+            "metadata (median)",
+            "metadata / floor",
+            "scan (median)",
+            "scan / metadata",
+        )
+    ]
     for r in results:
-        rows.append((str(r["snapshots"]), f"{r['rows']:,}", f"{r['backlog_rows']:,}",
-                     f"{r['median_floor_s'] * 1000:.1f} ms", f"{r['median_metadata_s'] * 1000:.1f} ms",
-                     f"{r['metadata_over_floor']:.2f}", f"{r['median_scan_s'] * 1000:.1f} ms",
-                     f"{r['scan_over_metadata']:.1f}x"))  # fmt: skip
+        rows.append(
+            (
+                str(r["snapshots"]),
+                f"{r['rows']:,}",
+                f"{r['backlog_rows']:,}",
+                f"{r['median_floor_s'] * 1000:.1f} ms",
+                f"{r['median_metadata_s'] * 1000:.1f} ms",
+                f"{r['metadata_over_floor']:.2f}",
+                f"{r['median_scan_s'] * 1000:.1f} ms",
+                f"{r['scan_over_metadata']:.1f}x",
+            )
+        )
     path = write("backlog_scaling", {"rows_per_snapshot": args.rows, "repeats": args.repeats, "sizes": results})
     print(table(rows))
     print(f"\nwritten: {path}")

@@ -45,17 +45,27 @@ def build(home: Path, rows: int) -> tuple[Any, Any]:
     source = catalog.create_table("bench.items", pa.schema([("id", pa.int64()), ("text", pa.string())]))
     results = catalog.create_table(
         "bench.items_results",
-        pa.schema([("source_id", pa.string()), ("source_hash", pa.int64()), ("run_id", pa.string()),
-                   ("task_version", pa.int32())]),
-    )  # fmt: skip
+        pa.schema(
+            [
+                ("source_id", pa.string()),
+                ("source_hash", pa.int64()),
+                ("run_id", pa.string()),
+                ("task_version", pa.int32()),
+            ]
+        ),
+    )
     for start in range(0, rows, FILE_ROWS):
         ids = np.arange(start, min(rows, start + FILE_ROWS), dtype=np.int64)
         data = pa.table({"id": ids, "text": pa.array([f"ticket text number {i}" for i in ids.tolist()])})
         source.append(data)
-        verdicts = pa.table({
-            "source_id": pa.array(ids).cast(pa.string()), "source_hash": content_hashes(data),
-            "run_id": pa.array(["bench-run-1"] * len(ids)), "task_version": pa.array([1] * len(ids), pa.int32()),
-        })  # fmt: skip
+        verdicts = pa.table(
+            {
+                "source_id": pa.array(ids).cast(pa.string()),
+                "source_hash": content_hashes(data),
+                "run_id": pa.array(["bench-run-1"] * len(ids)),
+                "task_version": pa.array([1] * len(ids), pa.int32()),
+            }
+        )
         results.append(verdicts)
     return source.refresh(), results.refresh()
 
@@ -90,10 +100,20 @@ def appended_range(source: Any, rows: int) -> Any:
     ids = np.arange(rows, rows + RANGE, dtype=np.int64)
     source.append(pa.table({"id": ids, "text": pa.array([f"ticket text number {i}" for i in ids.tolist()])}))
     source = source.refresh()
-    plan = RunPlan(run_id="bench-run-3", consumer="bench", task="bench", task_version=1, source_table="bench.items",
-                   results_table="bench.items_results", from_snapshot_exclusive=before.snapshot_id,
-                   to_snapshot_inclusive=source.metadata.current_snapshot_id, expected_rows=RANGE, snapshots=1,
-                   scan_from_exclusive=before.snapshot_id, from_sequence_number=before.sequence_number)  # fmt: skip
+    plan = RunPlan(
+        run_id="bench-run-3",
+        consumer="bench",
+        task="bench",
+        task_version=1,
+        source_table="bench.items",
+        results_table="bench.items_results",
+        from_snapshot_exclusive=before.snapshot_id,
+        to_snapshot_inclusive=source.metadata.current_snapshot_id,
+        expected_rows=RANGE,
+        snapshots=1,
+        scan_from_exclusive=before.snapshot_id,
+        from_sequence_number=before.sequence_number,
+    )
     return plan_range(source, plan, ("id", "text"))
 
 
@@ -112,8 +132,14 @@ def measure(source: Any, results: Any, rows: int, repeats: int) -> dict[str, Any
         seconds, found = timed(lambda: unchanged([batch], "id", DoneRows(), results, 1, run_id="bench"))
         lookups.append(seconds)
         assert found.count == RANGE - CHANGED, found.count
-        floors2.append(timed(lambda: (source.scan(selected_fields=("id",)).to_arrow(),
-                                      results.scan(selected_fields=("source_id",)).to_arrow()))[0])  # fmt: skip
+        floors2.append(
+            timed(
+                lambda: (
+                    source.scan(selected_fields=("id",)).to_arrow(),
+                    results.scan(selected_fields=("source_id",)).to_arrow(),
+                )
+            )[0]
+        )
         seconds, removed = timed(lambda: removals(source, end, "id", results, "bench-run-2", 1, labelled))
         removes.append(seconds)
         assert (len(removed.gone), len(removed.superseded)) == (0, CHANGED), removed
@@ -121,12 +147,17 @@ def measure(source: Any, results: Any, rows: int, repeats: int) -> dict[str, Any
         checks.append(seconds)
         assert again is False
     return {
-        "rows": rows, "floor_lookup_s": median(floors), "lookup_s": median(lookups),
-        "lookup_over_floor": median(lookups) / median(floors), "floor_removals_s": median(floors2),
-        "removals_s": median(removes), "removals_over_floor": median(removes) / median(floors2),
-        "repeats_s": median(checks), "repeats_over_floor": median(checks) / median(floors),
+        "rows": rows,
+        "floor_lookup_s": median(floors),
+        "lookup_s": median(lookups),
+        "lookup_over_floor": median(lookups) / median(floors),
+        "floor_removals_s": median(floors2),
+        "removals_s": median(removes),
+        "removals_over_floor": median(removes) / median(floors2),
+        "repeats_s": median(checks),
+        "repeats_over_floor": median(checks) / median(floors),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }  # fmt: skip
+    }
 
 
 def hash_cost(source: Any, repeats: int) -> dict[str, float]:
@@ -140,8 +171,11 @@ def hash_cost(source: Any, repeats: int) -> dict[str, float]:
         reads.append(seconds / data.num_rows)
         sample = data.slice(0, 200_000)
         hashes.append(timed(lambda sample=sample: content_hashes(sample))[0] / sample.num_rows)
-    return {"read_us_per_row": median(reads) * 1e6, "hash_us_per_row": median(hashes) * 1e6,
-            "file_rows": task.file.record_count}  # fmt: skip
+    return {
+        "read_us_per_row": median(reads) * 1e6,
+        "hash_us_per_row": median(hashes) * 1e6,
+        "file_rows": task.file.record_count,
+    }
 
 
 def main() -> None:
@@ -156,18 +190,43 @@ def main() -> None:
         print(f"{rows:,} rows and verdicts written in {time.perf_counter() - t:.1f} s", flush=True)
         sizes.append(measure(source, results, rows, args.repeats))
         hashing = hash_cost(source, args.repeats)
-    out: list[tuple[str, ...]] = [("verdicts", "read ids", "lookup", "lookup / floor", "read both ids", "removals",
-                                   "removals / floor", "repeats", "repeats / floor", "peak RSS")]  # fmt: skip
+    out: list[tuple[str, ...]] = [
+        (
+            "verdicts",
+            "read ids",
+            "lookup",
+            "lookup / floor",
+            "read both ids",
+            "removals",
+            "removals / floor",
+            "repeats",
+            "repeats / floor",
+            "peak RSS",
+        )
+    ]
     for r in sizes:
-        out.append((f"{r['rows']:,}", f"{r['floor_lookup_s']:.2f} s", f"{r['lookup_s']:.2f} s",
-                    f"{r['lookup_over_floor']:.2f}", f"{r['floor_removals_s']:.2f} s", f"{r['removals_s']:.2f} s",
-                    f"{r['removals_over_floor']:.2f}", f"{r['repeats_s']:.2f} s", f"{r['repeats_over_floor']:.2f}",
-                    f"{r['peak_rss_mb']:.0f} MB"))  # fmt: skip
-    path = write("content_identity", {"repeats": args.repeats, "range_rows": RANGE, "changed": CHANGED,
-                                      "sizes": sizes, "hashing": hashing})  # fmt: skip
+        out.append(
+            (
+                f"{r['rows']:,}",
+                f"{r['floor_lookup_s']:.2f} s",
+                f"{r['lookup_s']:.2f} s",
+                f"{r['lookup_over_floor']:.2f}",
+                f"{r['floor_removals_s']:.2f} s",
+                f"{r['removals_s']:.2f} s",
+                f"{r['removals_over_floor']:.2f}",
+                f"{r['repeats_s']:.2f} s",
+                f"{r['repeats_over_floor']:.2f}",
+                f"{r['peak_rss_mb']:.0f} MB",
+            )
+        )
+    path = write(
+        "content_identity",
+        {"repeats": args.repeats, "range_rows": RANGE, "changed": CHANGED, "sizes": sizes, "hashing": hashing},
+    )
     print(table(out))
-    print(f"hash {hashing['hash_us_per_row']:.2f} us/row beside a Parquet read of {hashing['read_us_per_row']:.2f}"
-          " us/row")  # fmt: skip
+    print(
+        f"hash {hashing['hash_us_per_row']:.2f} us/row beside a Parquet read of {hashing['read_us_per_row']:.2f} us/row"
+    )
     print(f"\nwritten: {path}")
 
 

@@ -85,8 +85,13 @@ def build(endpoint: str, home: Path, snapshots: int, rows: int) -> dict[str, str
     }
     settings = Settings.from_env(env)
     source = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
-    ids = append_many(source, snapshots, lambda _rng: rows, seed=snapshots,
-                      progress=lambda n: print(f"    {n}/{snapshots} snapshots", flush=True))  # fmt: skip
+    ids = append_many(
+        source,
+        snapshots,
+        lambda _rng: rows,
+        seed=snapshots,
+        progress=lambda n: print(f"    {n}/{snapshots} snapshots", flush=True),
+    )
     ledger = open_ledger(settings, consumer_named(load_consumers(settings), "triage"))
     run_once(ledger, plan=ledger.plan(to_snapshot_inclusive=ids[snapshots // 2 - 1]))
     return env

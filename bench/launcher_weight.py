@@ -55,10 +55,23 @@ def timed_import(statement: str, paths: list[Path], runs: int) -> list[float]:
 
 def _install(target: Path, *requirements: str) -> None:
     subprocess.run(
-        [uv(), "pip", "install", "-q", "--compile-bytecode", "--link-mode=copy", "--target", str(target),
-         "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28", *requirements],
+        [
+            uv(),
+            "pip",
+            "install",
+            "-q",
+            "--compile-bytecode",
+            "--link-mode=copy",
+            "--target",
+            str(target),
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            "x86_64-manylinux_2_28",
+            *requirements,
+        ],
         check=True,
-    )  # fmt: skip
+    )
 
 
 def build_bundle(work: Path) -> tuple[Path, Path, int]:
@@ -74,11 +87,19 @@ def build_bundle(work: Path) -> tuple[Path, Path, int]:
     bundle, runtime, closure = work / "bundle", work / "runtime", work / "closure"
     python = shutil.which("python3.11") or sys.executable
     subprocess.run(
-        ["make", "-s", "-C", str(ROOT / "functions"), "build-LauncherFunction", f"ARTIFACTS_DIR={bundle}",
-         f"PYTHON={python}", f"UV={uv()}"],
+        [
+            "make",
+            "-s",
+            "-C",
+            str(ROOT / "functions"),
+            "build-LauncherFunction",
+            f"ARTIFACTS_DIR={bundle}",
+            f"PYTHON={python}",
+            f"UV={uv()}",
+        ],
         check=True,
         capture_output=True,
-    )  # fmt: skip
+    )
     _install(runtime, "boto3")
     _install(closure, "-r", str(ROOT / "functions/requirements.txt"))
     return bundle, runtime, size(closure)
@@ -105,14 +126,18 @@ def main() -> None:
         "targets": {"bundle_mb": 100, "import_s": 1.0},
     }
     path = write("launcher_weight", result)
-    print(table([
-        ("measure", "value", "target"),
-        ("dependency closure (pip -t)", f"{full / 1e6:.1f} MB", ""),
-        ("deployable bundle (pruned)", f"{deployable / 1e6:.1f} MB", "< 100 MB"),
-        ("cold import, launcher path", f"{median(launcher):.2f} s (median of {args.runs})", "< 1 s"),
-        ("cold import, boto3 alone", f"{median(boto):.2f} s", ""),
-        ("ratio launcher / boto3", f"{ratio:.1f}x", ""),
-    ]))  # fmt: skip
+    print(
+        table(
+            [
+                ("measure", "value", "target"),
+                ("dependency closure (pip -t)", f"{full / 1e6:.1f} MB", ""),
+                ("deployable bundle (pruned)", f"{deployable / 1e6:.1f} MB", "< 100 MB"),
+                ("cold import, launcher path", f"{median(launcher):.2f} s (median of {args.runs})", "< 1 s"),
+                ("cold import, boto3 alone", f"{median(boto):.2f} s", ""),
+                ("ratio launcher / boto3", f"{ratio:.1f}x", ""),
+            ]
+        )
+    )
     print(f"\nwritten: {path}")
     shutil.rmtree(work, ignore_errors=True)
 

@@ -197,8 +197,9 @@ def render() -> str:
             f"{t['schema_bound_tokens']} | {typical / seed['tokens']:.2f} | |"
         )
         per_1k = t["usd_per_1k"]
-        seed_usd, ours, bound = (per_1k[k] for k in ("seed (free-text reasoning)", "icebatch typical verdict",
-                                                     "icebatch schema bound"))  # fmt: skip
+        seed_usd, ours, bound = (
+            per_1k[k] for k in ("seed (free-text reasoning)", "icebatch typical verdict", "icebatch schema bound")
+        )
         lines.append(
             f"| $ per 1k tickets at the seed's 2,776 tok/s, $2.24208/h | seed: ${seed_usd:.4f} | "
             f"${ours:.4f} (bound ${bound:.4f}) | {ours / seed_usd:.2f} | |"

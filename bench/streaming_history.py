@@ -84,8 +84,9 @@ def backlog(settings: object) -> int:
 
 
 def plan(home: Path) -> dict[str, float]:
-    done = subprocess.run([sys.executable, "-c", PLAN_IN_A_FRESH_PROCESS, str(home)], capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PLAN_IN_A_FRESH_PROCESS, str(home)], capture_output=True, text=True, check=True
+    )
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -111,22 +112,35 @@ def main() -> None:
             backlogs.append(time.perf_counter() - t)
             plans.append(plan(home))
         assert rows == 12 and all(p["rows"] == 12 for p in plans), (rows, plans)
-        results.append({
-            "snapshots": snapshots, "floor_seconds": floors, "backlog_seconds": backlogs,
-            "plan_seconds": [p["seconds"] for p in plans],
-            "median_floor_s": median(floors), "median_backlog_s": median(backlogs),
-            "median_plan_s": median([p["seconds"] for p in plans]),
-            "backlog_over_floor": median(backlogs) / median(floors),
-            "plan_over_floor": median([p["seconds"] for p in plans]) / median(floors),
-            "peak_rss_mb": max(p["peak_rss_mb"] for p in plans),
-            "read_task_bytes": max(p["read_task_bytes"] for p in plans),
-        })  # fmt: skip
-    rows_out = [("snapshots", "floor", "backlog", "backlog / floor", "plan", "plan / floor", "peak RSS",
-                 "read task")]  # fmt: skip
+        results.append(
+            {
+                "snapshots": snapshots,
+                "floor_seconds": floors,
+                "backlog_seconds": backlogs,
+                "plan_seconds": [p["seconds"] for p in plans],
+                "median_floor_s": median(floors),
+                "median_backlog_s": median(backlogs),
+                "median_plan_s": median([p["seconds"] for p in plans]),
+                "backlog_over_floor": median(backlogs) / median(floors),
+                "plan_over_floor": median([p["seconds"] for p in plans]) / median(floors),
+                "peak_rss_mb": max(p["peak_rss_mb"] for p in plans),
+                "read_task_bytes": max(p["read_task_bytes"] for p in plans),
+            }
+        )
+    rows_out = [("snapshots", "floor", "backlog", "backlog / floor", "plan", "plan / floor", "peak RSS", "read task")]
     for r in results:
-        rows_out.append((f"{r['snapshots']:,}", f"{r['median_floor_s']:.2f} s", f"{r['median_backlog_s']:.2f} s",
-                         f"{r['backlog_over_floor']:.2f}", f"{r['median_plan_s']:.2f} s", f"{r['plan_over_floor']:.2f}",
-                         f"{r['peak_rss_mb']:.0f} MB", f"{r['read_task_bytes'] / 1024:.1f} KB"))  # fmt: skip
+        rows_out.append(
+            (
+                f"{r['snapshots']:,}",
+                f"{r['median_floor_s']:.2f} s",
+                f"{r['median_backlog_s']:.2f} s",
+                f"{r['backlog_over_floor']:.2f}",
+                f"{r['median_plan_s']:.2f} s",
+                f"{r['plan_over_floor']:.2f}",
+                f"{r['peak_rss_mb']:.0f} MB",
+                f"{r['read_task_bytes'] / 1024:.1f} KB",
+            )
+        )
     path = write("streaming_history", {"repeats": args.repeats, "sizes": results})
     print(table(rows_out))
     print(f"\nwritten: {path}")

@@ -52,9 +52,12 @@ def main() -> None:
         summary = f"{t['customer_tier'].title()} customer via {t['channel']}: {t['subject']}"
         if rng.random() < 0.5:
             summary += "; asks for a fix today"
-        verdict = {"sentiment": rng.choice(["negative", "neutral", "positive"]),
-                   "urgency": rng.choice(["low", "medium", "high", "critical"]),
-                   "category": by_subject.get(t["subject"], "other"), "summary": summary[:120]}  # fmt: skip
+        verdict = {
+            "sentiment": rng.choice(["negative", "neutral", "positive"]),
+            "urgency": rng.choice(["low", "medium", "high", "critical"]),
+            "category": by_subject.get(t["subject"], "other"),
+            "summary": summary[:120],
+        }
         assert task.parse(dump(verdict))[0] is not None
         typical.append(count(dump(verdict)))
     longest = {k: max(v["enum"], key=len) for k, v in task.output_fields.items() if "enum" in v}
@@ -70,8 +73,11 @@ def main() -> None:
 
     mean_typical = sum(typical) / len(typical)
     rows = [("output tokens per ticket", "tokens", "$ per 1k tickets at 2,776 tok/s, $2.24208/h", "vs seed")]
-    entries = {"seed (free-text reasoning)": SEED_TOKENS_PER_TICKET, "icebatch typical verdict": mean_typical,
-               "icebatch schema bound": bound}  # fmt: skip
+    entries = {
+        "seed (free-text reasoning)": SEED_TOKENS_PER_TICKET,
+        "icebatch typical verdict": mean_typical,
+        "icebatch schema bound": bound,
+    }
     if tiny is not None:
         entries["tiny random model (fills the summary)"] = tiny
     for name, tokens in entries.items():

@@ -84,8 +84,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=positive_int, help="process at most N rows (whole snapshots, at least one)")
     p.add_argument("--json", action="store_true", help="print one JSON summary instead of the report")
     p.add_argument("--run-id", type=run_id_arg, help="run id (the launcher passes one; default: generated)")
-    p.add_argument("--from-snapshot", type=snapshot_arg, default=argparse.SUPPRESS,
-                   help="expected watermark (`none` for the first run); refused if stale")  # fmt: skip
+    p.add_argument(
+        "--from-snapshot",
+        type=snapshot_arg,
+        default=argparse.SUPPRESS,
+        help="expected watermark (`none` for the first run); refused if stale",
+    )
     p.add_argument("--to-snapshot", type=snapshot_arg, help="last source snapshot to include (default: current)")
     p.add_argument("--rayjob-name", type=rayjob_name_arg, help="recorded in the events (set by the RayJob)")
 
@@ -106,8 +110,9 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
     )
     printed = nullcontext() if args.json else report_printed_by_the_job()  # the local reporter: not twice
     with stdout_kept_for_json(args.json), printed:  # Ray forwards the engine's output to this process's stdout
-        result = run_job(settings, request, out=(lambda _text: None) if args.json else console.say,
-                         interrupts=interrupts)  # fmt: skip
+        result = run_job(
+            settings, request, out=(lambda _text: None) if args.json else console.say, interrupts=interrupts
+        )
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str), file=console.out())
     return STATUS[result.status]
@@ -129,8 +134,11 @@ def _run(args: argparse.Namespace) -> int:
     from icebatch_job.process.runtime import quiet_handler_records
 
     settings = Settings.from_env()
-    logging.basicConfig(level=settings.top.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=settings.top.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     with quiet_handler_records(settings.top.log_level):
         return run_command(args, settings)
 

@@ -22,8 +22,19 @@ TIME_TAKEN_LLM = "time_taken_llm"
 INFERENCE_ERROR = "__inference_error__"
 
 # what the driver's parse reads of an engine output row; the engine's actor sends on no more (engine_outputs)
-PARSED_FIELDS = (SOURCE_ID, SOURCE_FILE, SOURCE_POS, SOURCE_HASH, GENERATED_TEXT, INFERENCE_ERROR, TRUNCATED,
-                 EMPTY_INPUT, NUM_INPUT_TOKENS, NUM_GENERATED_TOKENS, TIME_TAKEN_LLM)  # fmt: skip
+PARSED_FIELDS = (
+    SOURCE_ID,
+    SOURCE_FILE,
+    SOURCE_POS,
+    SOURCE_HASH,
+    GENERATED_TEXT,
+    INFERENCE_ERROR,
+    TRUNCATED,
+    EMPTY_INPUT,
+    NUM_INPUT_TOKENS,
+    NUM_GENERATED_TOKENS,
+    TIME_TAKEN_LLM,
+)
 
 # the CPU share of the light stages: on 2 cores, whole CPUs for them starve the engine
 SMALL_CPU = 0.1

@@ -202,9 +202,14 @@ def run_job(
     consumer = consumer_named(load_consumers(settings), request.consumer)
     arm(settings.progress.failpoint, settings.home)
     run = JobRun(
-        settings, consumer, request, publisher or load_publisher(settings), out, open_ledger(settings, consumer),
+        settings,
+        consumer,
+        request,
+        publisher or load_publisher(settings),
+        out,
+        open_ledger(settings, consumer),
         interrupts,
-    )  # fmt: skip
+    )
     try:
         if not plan(run):
             return JobResult("nothing_new")
@@ -238,9 +243,14 @@ def conflicted(run: JobRun, error: WatermarkConflictError) -> JobResult:
     c = run.committer
     if c is not None and c.received:
         totals = run.totals(c.stats, c.redone)
-        log.warning("run %s lost its range to another run after %d result rows (%.0f s of engine time, $%.4f): "
-                    "discarded, not reported as a failure", run.plan.run_id, c.received, run.timing.engine_seconds,
-                    run_cost(totals, run.settings).lifetime_cost)  # fmt: skip
+        log.warning(
+            "run %s lost its range to another run after %d result rows (%.0f s of engine time, $%.4f): "
+            "discarded, not reported as a failure",
+            run.plan.run_id,
+            c.received,
+            run.timing.engine_seconds,
+            run_cost(totals, run.settings).lifetime_cost,
+        )
     return JobResult("conflict", plan=run.plan)
 
 
@@ -255,11 +265,19 @@ def deferred(run: JobRun) -> JobResult:
         f"deferred: {run.work.todo:,} {run.consumer.row_noun} of the range changed and need the model, which "
         "this run (no GPU) does not start; nothing committed: the launcher gives the range's next attempt a GPU"
     )
-    publish(run.publisher, BatchJobDeferred(
-        deployment=run.settings.top.deployment, run_id=p.run_id, consumer=p.consumer, source_table=p.source_table,
-        range=SnapshotRange(from_exclusive=p.from_snapshot_exclusive, to_inclusive=p.to_snapshot_inclusive),
-        rows_for_the_model=run.work.todo, rayjob_name=run.request.rayjob_name, deferred_at=datetime.now(UTC),
-    ))  # fmt: skip
+    publish(
+        run.publisher,
+        BatchJobDeferred(
+            deployment=run.settings.top.deployment,
+            run_id=p.run_id,
+            consumer=p.consumer,
+            source_table=p.source_table,
+            range=SnapshotRange(from_exclusive=p.from_snapshot_exclusive, to_inclusive=p.to_snapshot_inclusive),
+            rows_for_the_model=run.work.todo,
+            rayjob_name=run.request.rayjob_name,
+            deferred_at=datetime.now(UTC),
+        ),
+    )
     return JobResult("deferred", plan=run.plan)
 
 
@@ -268,14 +286,18 @@ def plan(run: JobRun) -> bool:
     r = run.request
     run.source = run.ledger.source()  # loaded once for the plan and the read (a long history takes seconds)
     run.plan = run.ledger.plan(
-        run_id=r.run_id, from_snapshot_exclusive=r.from_snapshot, to_snapshot_inclusive=r.to_snapshot, max_rows=r.limit,
+        run_id=r.run_id,
+        from_snapshot_exclusive=r.from_snapshot,
+        to_snapshot_inclusive=r.to_snapshot,
+        max_rows=r.limit,
         source=run.source,
-    )  # fmt: skip
+    )
     c = run.consumer
     if run.plan is None:
         wm = run.ledger.watermark().source_snapshot_id
-        state = incremental_state(consumer=c.name, source_table=c.source_table, from_snapshot=wm, to_snapshot=wm,
-                                  new_rows=0, noun=c.row_noun)  # fmt: skip
+        state = incremental_state(
+            consumer=c.name, source_table=c.source_table, from_snapshot=wm, to_snapshot=wm, new_rows=0, noun=c.row_noun
+        )
         run.out(state)
         run.out("nothing new: no engine started")
         return False
@@ -293,8 +315,9 @@ def plan(run: JobRun) -> bool:
     )
     if p.resume is not None:
         run.attempt = Attempt(p.resume.attempts + 1, run.attempt.id, run.attempt.started)
-        run.out(f"resuming {p.resume.describe()}; attempt {run.attempt.number} does the other "
-                f"{p.resume.rows_remaining:,}")  # fmt: skip
+        run.out(
+            f"resuming {p.resume.describe()}; attempt {run.attempt.number} does the other {p.resume.rows_remaining:,}"
+        )
     return True
 
 
@@ -309,8 +332,10 @@ def prepare(run: JobRun) -> bool:
     run.plan, run.work = plan_work(run.ledger, p, task, source)
     if run.work.planned.rewrites:
         w = run.work
-        run.out(f"{w.unchanged:,} of the range's {w.planned.rows:,} rows have a verdict for the same content (not "
-                "sent to the model); verdicts of deleted and changed rows go with the last commit")  # fmt: skip
+        run.out(
+            f"{w.unchanged:,} of the range's {w.planned.rows:,} rows have a verdict for the same content (not "
+            "sent to the model); verdicts of deleted and changed rows go with the last commit"
+        )
     run.committer = _committer(run, ChunkPolicy(s.progress.chunk_rows, 0.0, s.engine.max_inference_error_rate))
     return run.work.todo > 0
 
@@ -321,7 +346,9 @@ def _committer(run: JobRun, policy: ChunkPolicy, release: Callable[[int], None] 
     p, work, task = run.plan, run.work, run.consumer.task
     assert p is not None and work is not None and run.source is not None
     return ChunkCommitter(
-        run.ledger, p, task,
+        run.ledger,
+        p,
+        task,
         start=work.progress,
         range_rows=work.range_rows,
         policy=policy,
@@ -330,7 +357,7 @@ def _committer(run: JobRun, policy: ChunkPolicy, release: Callable[[int], None] 
         guard=run.interrupts.critical if run.interrupts else nullcontext,
         release=release,
         finalize=last_commit(run.ledger, p, task, run.source, work, run.out),
-    )  # fmt: skip
+    )
 
 
 def start(run: JobRun) -> BuiltPipeline:
@@ -348,8 +375,13 @@ def start(run: JobRun) -> BuiltPipeline:
     in_flight = in_flight_rows(s)
     run.chunk_rows = chunk_size(s.progress.chunk_rows, in_flight)
     if run.chunk_rows != s.progress.chunk_rows:
-        log.info("chunks of %d rows: ICEBATCH_CHUNK_ROWS=%d is less than twice the %d rows %d replica(s) keep "
-                 "in flight", run.chunk_rows, s.progress.chunk_rows, in_flight, s.engine.concurrency)  # fmt: skip
+        log.info(
+            "chunks of %d rows: ICEBATCH_CHUNK_ROWS=%d is less than twice the %d rows %d replica(s) keep in flight",
+            run.chunk_rows,
+            s.progress.chunk_rows,
+            in_flight,
+            s.engine.concurrency,
+        )
     every = commit_every(run.chunk_rows, in_flight)
     run.model = (
         resolve_model(s, run.consumer) if engine.engine_mode == "engine" else (engine.endpoint_model or "endpoint")
@@ -360,8 +392,10 @@ def start(run: JobRun) -> BuiltPipeline:
     with driver_imports(usage_stats=usage_stats_on(env)) if engine.engine_mode == "engine" else nullcontext():
         began = time.monotonic()
         init_ray(s, env)
-        console.phase(f"Ray up ({time.monotonic() - began:.0f} s); the engine starts as rows flow: it loads "
-                      f"{run.model} and warms up, then answers")  # fmt: skip
+        console.phase(
+            f"Ray up ({time.monotonic() - began:.0f} s); the engine starts as rows flow: it loads "
+            f"{run.model} and warms up, then answers"
+        )
         if run.interrupts is not None:
             run.interrupts.install()  # again: ray.init sets its own SIGTERM handler (sys.exit)
         built = _build(run, every)
@@ -374,8 +408,10 @@ def start(run: JobRun) -> BuiltPipeline:
 def _say_what_runs(run: JobRun) -> None:
     p, work = run.plan, run.work
     assert p is not None and work is not None
-    console.phase(f"run {p.run_id} for {run.consumer.name}: {work.todo:,} rows of {run.consumer.source_table}, model "
-                  f"{run.model}; starting Ray")  # fmt: skip
+    console.phase(
+        f"run {p.run_id} for {run.consumer.name}: {work.todo:,} rows of {run.consumer.source_table}, model "
+        f"{run.model}; starting Ray"
+    )
 
 
 def _build(run: JobRun, every: int) -> BuiltPipeline:

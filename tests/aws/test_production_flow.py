@@ -334,8 +334,9 @@ def test_a_failed_job_is_on_record_in_s3_where_icebatch_runs_finds_it(world: Wor
     # given a job that failed, its event sent as the job sends it
     s = world.launcher_settings()
     ensure_source_table(open_catalog(s), s.catalog.source_table)  # as it is after the first test; this one alone too
-    example = json.loads((Path(__file__).resolve().parents[2] / "eventbridge/examples/valid/batch-job-failed.json")
-                         .read_text())  # fmt: skip
+    example = json.loads(
+        (Path(__file__).resolve().parents[2] / "eventbridge/examples/valid/batch-job-failed.json").read_text()
+    )
     run_id = f"triage-20261205T020000-{uuid.uuid4().hex[:6]}"
     detail = {**example["detail"], "deployment": STACK, "run_id": run_id, "failed_at": _now()}
     client("events", world.endpoint).put_events(
@@ -355,12 +356,21 @@ def test_a_failed_job_is_on_record_in_s3_where_icebatch_runs_finds_it(world: Wor
     stack_env = {k: v for k, v in d.function_env("LauncherFunction").items() if k.startswith("ICEBATCH_")}
     operator = subprocess.run(
         [sys.executable, "-m", "icebatch.tools.cli", "runs", "--consumer", "triage", "--json"],
-        capture_output=True, text=True, timeout=300, env={
-            **stack_env, **CREDS, "ICEBATCH_AWS_ENDPOINT_URL": world.endpoint, "ICEBATCH_AWS_REGION": REGION,
-            "ICEBATCH_HOME": str(world.home / "operator"), "PYTHONPATH": os.environ["PYTHONPATH"],
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(world.home), "NO_PROXY": "127.0.0.1,localhost",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **stack_env,
+            **CREDS,
+            "ICEBATCH_AWS_ENDPOINT_URL": world.endpoint,
+            "ICEBATCH_AWS_REGION": REGION,
+            "ICEBATCH_HOME": str(world.home / "operator"),
+            "PYTHONPATH": os.environ["PYTHONPATH"],
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(world.home),
+            "NO_PROXY": "127.0.0.1,localhost",
         },
-    )  # fmt: skip
+    )
     # then the failed attempt is listed, with its stage and reason, from the record the reporter wrote
     assert operator.returncode == 0, operator.stderr[-3000:]
     [row] = [r for r in json.loads(operator.stdout)["runs"] if r["run_id"] == run_id]
@@ -379,11 +389,17 @@ def test_a_deferred_run_reaches_the_launcher_of_its_own_stack_only(world: World)
     ensure_source_table(open_catalog(s), s.catalog.source_table)  # as it is after the first test; this one alone too
     d.drain("LauncherFunction")  # the creation's metadata events, if it created it
     # given a run of this stack, and one of another, that each deferred (rows changed, no model on their node)
-    example = json.loads((Path(__file__).resolve().parents[2] / "eventbridge/examples/valid/batch-job-deferred.json")
-                         .read_text())  # fmt: skip
-    entries = [{"Source": "icebatch", "DetailType": "Batch Job Deferred",
-                "Detail": json.dumps({**example["detail"], "deployment": stack})}
-               for stack in (STACK, "icebatch-other")]  # fmt: skip
+    example = json.loads(
+        (Path(__file__).resolve().parents[2] / "eventbridge/examples/valid/batch-job-deferred.json").read_text()
+    )
+    entries = [
+        {
+            "Source": "icebatch",
+            "DetailType": "Batch Job Deferred",
+            "Detail": json.dumps({**example["detail"], "deployment": stack}),
+        }
+        for stack in (STACK, "icebatch-other")
+    ]
     client("events", world.endpoint).put_events(Entries=entries)
     # then the deployed rule delivers this stack's to its launcher, and the launcher takes it for that consumer alone
     [event] = d.drain("LauncherFunction", expect=1)

@@ -1,4 +1,4 @@
-"""The house, read as a newcomer would: imports point down, no cycles, short functions, thin handlers.
+"""The house, read as a newcomer would: imports point down, no cycles, thin handlers, code as the formatter writes it.
 
     tooling (icebatch.tools: CLI, demo, local backend, local bus, invoke)
         -> control plane (icebatch.control: triggers, gate, launcher, RayJob builder, reconciliation,
@@ -16,6 +16,9 @@ The data plane has rooms, each a folder (its ``__init__`` says what lives there)
 
 Every import counts, those inside functions too. Adapters loaded by name from configuration (the local
 backend, the local bus, the local reports: ``icebatch.core.bus.load_adapter``) are not imports.
+
+A function is as long as what it says needs: one that no longer reads at a glance (about a screen) is a question
+for its review, not a number for a test to meet, and never a reason to pack lines past the formatter.
 """
 
 from __future__ import annotations
@@ -41,9 +44,14 @@ ROOMS = {  # a data-plane room may import itself and those listed (and icebatch_
     "icebatch_job.plan": {"icebatch_job.commit"},
     "icebatch_job.stages": {"icebatch_job.plan", "icebatch_job.commit", "icebatch_job.process", "icebatch_job.example"},
 }
-TOP_OF_THE_DATA_PLANE = {"icebatch_job", "icebatch_job.__main__", "icebatch_job.cli", "icebatch_job.job",
-                         "icebatch_job.progress", "icebatch_job.columns"}  # fmt: skip
-MAX_FUNCTION_LINES = 60
+TOP_OF_THE_DATA_PLANE = {
+    "icebatch_job",
+    "icebatch_job.__main__",
+    "icebatch_job.cli",
+    "icebatch_job.job",
+    "icebatch_job.progress",
+    "icebatch_job.columns",
+}
 MAX_HANDLER_LINES = 40
 
 
@@ -150,9 +158,18 @@ def _length(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     return node.end_lineno - node.lineno + 1
 
 
-def test_no_function_is_longer_than_sixty_lines() -> None:
-    long = [f"{m}.{f.name}: {_length(f)}" for m, f in _functions() if _length(f) > MAX_FUNCTION_LINES]
-    assert long == []
+def test_the_code_is_as_the_formatter_writes_it() -> None:
+    """No line the formatter is told to skip: hand-packed lines hide what a function says (``ruff format --check``
+    runs in make lint)."""
+    skip = "# fmt" + ": skip"  # (spelt apart so that this file does not carry the marker itself)
+    packed = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in (ROOT / "functions", ROOT / "jobimage", ROOT / "tests", ROOT / "bench")
+        for path in folder.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if line.rstrip().endswith(skip)
+    ]
+    assert packed == []
 
 
 def test_every_lambda_handler_is_thin() -> None:

@@ -68,8 +68,12 @@ def test_schemas_are_valid_json_schema() -> None:
 
 
 def test_launcher_patterns_route_the_sam_events() -> None:
-    values = {"SourceDatabase": "support", "SourceTableName": "tickets", "WarehouseBucket": "icebatch-warehouse",
-              "SourceTablePrefix": "warehouse/support.db/tickets/"}  # fmt: skip
+    values = {
+        "SourceDatabase": "support",
+        "SourceTableName": "tickets",
+        "WarehouseBucket": "icebatch-warehouse",
+        "SourceTablePrefix": "warehouse/support.db/tickets/",
+    }
     glue = fill(PATTERNS["launcher-glue-table-change"], values)
     s3 = fill(PATTERNS["launcher-s3-metadata-object"], values)
     load = lambda name: json.loads((SAM_EVENTS / name).read_text())  # noqa: E731

@@ -78,9 +78,18 @@ def test_documented_commands_parse(doc: str, line: str) -> None:
 
 
 def _with_values(args: list[str]) -> list[str]:
-    needs_value = {"--tickets": "10", "--batches": "2", "--seed": "1", "--limit": "5", "--to-snapshot": "1",
-                   "--reason": "r", "--event": "f.json", "--trigger": "manual", "--consumer": "triage",
-                   "--where": "status = 'ok'"}  # fmt: skip
+    needs_value = {
+        "--tickets": "10",
+        "--batches": "2",
+        "--seed": "1",
+        "--limit": "5",
+        "--to-snapshot": "1",
+        "--reason": "r",
+        "--event": "f.json",
+        "--trigger": "manual",
+        "--consumer": "triage",
+        "--where": "status = 'ok'",
+    }
     out: list[str] = []
     for i, a in enumerate(args):
         out.append(a)

@@ -45,9 +45,19 @@ def every(kind: str) -> list[dict[str, Any]]:
 
 
 def _spec() -> JobSpec:
-    return JobSpec(name="ib-t-init-a1", run_id="r", deployment="local", consumer=triage(), tag="init",
-                   from_snapshot=None, to_snapshot=1, backlog_rows=1, gpus=1, attempt=1,
-                   trigger="schedule")  # fmt: skip
+    return JobSpec(
+        name="ib-t-init-a1",
+        run_id="r",
+        deployment="local",
+        consumer=triage(),
+        tag="init",
+        from_snapshot=None,
+        to_snapshot=1,
+        backlog_rows=1,
+        gpus=1,
+        attempt=1,
+        trigger="schedule",
+    )
 
 
 def _worker(settings: Settings = DEFAULTS) -> dict[str, Any]:
@@ -164,8 +174,9 @@ def test_every_manifest_has_the_required_fields() -> None:
 
 def test_launcher_role_allows_only_what_the_launcher_does() -> None:
     role, binding = one("Role"), one("RoleBinding")
-    assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"],
-                              "verbs": ["create", "get", "list", "patch", "delete"]}]  # fmt: skip
+    assert role["rules"] == [
+        {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["create", "get", "list", "patch", "delete"]}
+    ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "icebatch-launcher"}
@@ -207,8 +218,15 @@ def test_service_account_and_pod_monitor_match_the_job_pods() -> None:
 def test_grafana_dashboard_covers_gpus_ray_data_and_cost() -> None:
     board = json.loads((K8S / "grafana-dashboard.json").read_text())
     text = json.dumps(board)
-    for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "ray_data_output_rows",
-                   "OutputTokens", "CostUsd", "CostPer1kRowsUsd"):  # fmt: skip
+    for metric in (
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "ray_data_output_rows",
+        "OutputTokens",
+        "CostUsd",
+        "CostPer1kRowsUsd",
+    ):
         assert metric in text
     assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
 

@@ -84,8 +84,10 @@ def test_no_wildcard_actions_and_scoped_resources() -> None:
         resources = statement.get("Resource", [])
         for resource in resources if isinstance(resources, list) else [resources]:
             assert resource != "*", statement
-    launcher = {s["Sid"]: s for s in _catalog(FUNCTIONS["LauncherFunction"]["Properties"]["Policies"][0]["Statement"],
-                                              s3tables=False)}  # fmt: skip
+    launcher = {
+        s["Sid"]: s
+        for s in _catalog(FUNCTIONS["LauncherFunction"]["Properties"]["Policies"][0]["Statement"], s3tables=False)
+    }
     assert launcher["DescribeTheCluster"]["Action"] == ["eks:DescribeCluster"]
     assert "${ClusterName}" in launcher["DescribeTheCluster"]["Resource"]["Fn::Sub"]
     # the launcher reads table metadata, never data files
@@ -126,8 +128,15 @@ def test_sam_env_json_and_event_files_cover_every_trigger() -> None:
     assert set(env) == set(EVENT_FUNCTIONS)
     assert env["LauncherFunction"]["ICEBATCH_DRY_RUN"] == "true"  # poking with sam local invoke launches nothing
     events = {p.name for p in (ROOT / "sam" / "events").glob("*.json")}
-    for required in ("schedule.json", "glue-table-change.json", "s3-metadata-object.json", "manual.json",
-                     "manual-dry-run.json", "completed.json", "failed.json"):  # fmt: skip
+    for required in (
+        "schedule.json",
+        "glue-table-change.json",
+        "s3-metadata-object.json",
+        "manual.json",
+        "manual-dry-run.json",
+        "completed.json",
+        "failed.json",
+    ):
         assert required in events
 
 
@@ -257,12 +266,24 @@ _REST_ACTIONS = {
 }
 _BUCKET = "arn:${AWS::Partition}:s3tables:${AWS::Region}:${AWS::AccountId}:bucket/${TableBucketName}"
 _CALLS = {  # role -> (REST operation, the table it is on: source, results or None for the bucket)
-    "launcher": [("getConfig", None), ("loadNamespaceMetadata", None), ("tableExists", "results"),
-                 ("loadTable", "source"), ("loadTable", "results")],
-    "job": [("getConfig", None), ("loadNamespaceMetadata", None), ("loadTable", "source"), ("tableExists", "results"),
-            ("createTable", "results"), ("loadTable", "results"), ("updateTable", "results")],
+    "launcher": [
+        ("getConfig", None),
+        ("loadNamespaceMetadata", None),
+        ("tableExists", "results"),
+        ("loadTable", "source"),
+        ("loadTable", "results"),
+    ],
+    "job": [
+        ("getConfig", None),
+        ("loadNamespaceMetadata", None),
+        ("loadTable", "source"),
+        ("tableExists", "results"),
+        ("createTable", "results"),
+        ("loadTable", "results"),
+        ("updateTable", "results"),
+    ],
     "reporter": [("getConfig", None), ("tableExists", "results"), ("loadTable", "results")],
-}  # fmt: skip
+}
 
 
 def _role_statements(role: str, s3tables: bool) -> list[dict[str, Any]]:
@@ -313,8 +334,15 @@ def test_an_s3_tables_stack_configures_the_catalog_as_pyiceberg_does() -> None:
     from tests.support.cfn import Stack
 
     # given a stack with Catalog s3tables and a table bucket, when its functions' environment is resolved
-    params = {"Catalog": "s3tables", "TableBucketName": "lake", "ClusterName": "c", "WarehouseBucket": "w",
-              "ModelBucket": "m", "JobServiceAccount": "icebatch-job", "JobImage": "i"}  # fmt: skip
+    params = {
+        "Catalog": "s3tables",
+        "TableBucketName": "lake",
+        "ClusterName": "c",
+        "WarehouseBucket": "w",
+        "ModelBucket": "m",
+        "JobServiceAccount": "icebatch-job",
+        "JobImage": "i",
+    }
     env = Stack(TEMPLATE, "lake-stack", params, region="eu-west-1").resolve(
         TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
     )

@@ -31,8 +31,11 @@ def _lines() -> list[str]:
 
 def _run(line: str, project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     words = shlex.split(line)
-    command = [sys.executable, *words[1:]] if words[0] == "python" else [sys.executable, "-m", "icebatch.tools.cli",
-                                                                          *words[1:]]  # fmt: skip
+    command = (
+        [sys.executable, *words[1:]]
+        if words[0] == "python"
+        else [sys.executable, "-m", "icebatch.tools.cli", *words[1:]]
+    )
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=project, timeout=900)
 
 

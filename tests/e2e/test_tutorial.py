@@ -36,8 +36,10 @@ def test_the_tutorial_takes_a_new_table_to_its_labels_as_written(tmp_path: Path)
     assert not above, f"{above[0]}/.icebatch is above the test's temporary folder: the test cannot run here"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ICEBATCH_", "PYICEBERG_"))}
     steps = _steps()
-    assert [s for kind, s in steps if kind == "icebatch"][:2] == ["icebatch init shop.reviews --consumer sentiment",
-                                                                 "icebatch validate"]  # fmt: skip
+    assert [s for kind, s in steps if kind == "icebatch"][:2] == [
+        "icebatch init shop.reviews --consumer sentiment",
+        "icebatch validate",
+    ]
     outputs: dict[str, subprocess.CompletedProcess[str]] = {}
     # given a new folder, when each step of the page runs in it as typed
     for kind, step in steps:
@@ -54,9 +56,16 @@ def test_the_tutorial_takes_a_new_table_to_its_labels_as_written(tmp_path: Path)
     # where the full log is; none of Ray's, vLLM's or the handlers' lines, which are in that log
     job = outputs["icebatch job run --consumer sentiment"]
     assert [line for line in job.stderr.splitlines() if not line.startswith("[icebatch] ")] == [], job.stderr
-    for phase in ("the full log (Ray, vLLM, icebatch's records): ", "run sentiment-", ": 3 rows of shop.reviews",
-                  "starting Ray", "] Ray up (", "engine ready: first answers after", "labelling 3 rows on cpu",
-                  "3/3 rows 100.0%"):  # fmt: skip
+    for phase in (
+        "the full log (Ray, vLLM, icebatch's records): ",
+        "run sentiment-",
+        ": 3 rows of shop.reviews",
+        "starting Ray",
+        "] Ray up (",
+        "engine ready: first answers after",
+        "labelling 3 rows on cpu",
+        "3/3 rows 100.0%",
+    ):
         assert job.stderr.count(phase) == 1, (phase, job.stderr)
     assert job.stdout.count("BATCH SUMMARY") == 1 and job.stdout.count("[report] ") == 1, job.stdout
     assert "INFO" not in job.stdout and "WARNING" not in job.stdout, job.stdout
@@ -66,11 +75,23 @@ def test_the_tutorial_takes_a_new_table_to_its_labels_as_written(tmp_path: Path)
     results = outputs["icebatch results --consumer sentiment"].stdout
     assert all(review in results for review in ("r1", "r2", "r3")), results
     assert (project / "costs.html").is_file()
-    again = subprocess.run([sys.executable, "-m", "icebatch.tools.cli", "runs", "--json"], capture_output=True,
-                           text=True, env=env, cwd=project, timeout=120)  # fmt: skip
+    again = subprocess.run(
+        [sys.executable, "-m", "icebatch.tools.cli", "runs", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=120,
+    )
     [run] = json.loads(again.stdout)["runs"]
     assert (run["consumer"], run["status"], run["rows"]) == ("sentiment", "completed", 3) and run["cost_usd"] > 0
     # and, as the page says, a second run finds nothing new
-    second = subprocess.run([sys.executable, "-m", "icebatch.tools.cli", "job", "run", "--consumer", "sentiment"],
-                            capture_output=True, text=True, env=env, cwd=project, timeout=600)  # fmt: skip
+    second = subprocess.run(
+        [sys.executable, "-m", "icebatch.tools.cli", "job", "run", "--consumer", "sentiment"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=600,
+    )
     assert second.returncode == 0, second.stderr[-3000:]

@@ -80,8 +80,9 @@ def test_the_job_sends_only_new_and_changed_rows_after_an_overwrite(own_settings
     source = open_catalog(s).load_table(s.catalog.source_table)
     rows = source.scan().to_arrow().sort_by("ticket_id")
     subject = rows.schema.get_field_index("subject")
-    edited = pc.if_else(pc.equal(rows["ticket_id"], rows["ticket_id"][0]), "changed: " + str(rows["subject"][0]),
-                        rows["subject"])  # fmt: skip
+    edited = pc.if_else(
+        pc.equal(rows["ticket_id"], rows["ticket_id"][0]), "changed: " + str(rows["subject"][0]), rows["subject"]
+    )
     source.overwrite(rows.set_column(subject, "subject", edited).slice(0, 11))
     result = run_job(s, out=lambda _: None)
     # then the job sent the changed row alone, and the results hold one verdict per live row

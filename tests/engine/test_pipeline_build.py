@@ -84,8 +84,11 @@ def test_the_local_cluster_starts_no_head_process_it_has_no_use_for(job_ray: dic
     # scale on one machine; at the end it ignores ray.shutdown's SIGTERM for a whole second) and no log
     # monitor (it only forwards workers' logs to the driver)
     assert {ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET} <= set(node.all_processes)
-    for idle in (ray_constants.PROCESS_TYPE_DASHBOARD, ray_constants.PROCESS_TYPE_MONITOR,
-                 ray_constants.PROCESS_TYPE_LOG_MONITOR):  # fmt: skip
+    for idle in (
+        ray_constants.PROCESS_TYPE_DASHBOARD,
+        ray_constants.PROCESS_TYPE_MONITOR,
+        ray_constants.PROCESS_TYPE_LOG_MONITOR,
+    ):
         assert idle not in node.all_processes, sorted(node.all_processes)
     commands = _child_commands(os.getpid())
     assert commands  # the GCS and the raylet at least
@@ -116,8 +119,10 @@ ray.shutdown()
 def _probe(home: Path, log_level: str, usage_stats: str) -> str:
     done = subprocess.run(
         [sys.executable, "-c", STATS_ON_PROBE, str(home), log_level, usage_stats],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 

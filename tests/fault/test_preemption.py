@@ -179,8 +179,11 @@ def test_an_in_process_job_stops_on_ctrl_c_as_the_job_process_does(job_settings:
     launch.signal(signal.SIGINT)
     # then it exits as interrupted, having committed the rows it had finished, and says the run resumes
     assert launch.wait(120) == 130, launch.output()[-3000:]
-    assert launch.result()["error"] == {"exit_status": 130, "type": "JobInterrupted",
-                                        "message": "by SIGINT; the next attempt resumes the run"}  # fmt: skip
+    assert launch.result()["error"] == {
+        "exit_status": 130,
+        "type": "JobInterrupted",
+        "message": "by SIGINT; the next attempt resumes the run",
+    }
     failed = _the_event(s, "Batch Job Failed")
     committed = len(_committed(ledger))
     assert committed == failed["rows_committed"] == failed["rows_processed"] > 0

@@ -185,11 +185,20 @@ def test_the_bundle_is_built_for_the_lambda_platform_whatever_the_build_machine(
     bundle = tmp_path / "bundle"
     python = shutil.which("python3.11") or sys.executable
     subprocess.run(
-        ["make", "-s", "-C", str(ROOT / "functions"), "build-LauncherFunction", f"ARTIFACTS_DIR={bundle}",
-         f"PYTHON={python}", f"UV={uv()}", f"LAMBDA_ARCH={arch}"],
+        [
+            "make",
+            "-s",
+            "-C",
+            str(ROOT / "functions"),
+            "build-LauncherFunction",
+            f"ARTIFACTS_DIR={bundle}",
+            f"PYTHON={python}",
+            f"UV={uv()}",
+            f"LAMBDA_ARCH={arch}",
+        ],
         check=True,
         capture_output=True,
-    )  # fmt: skip
+    )
     # then every distribution is a binary wheel for Lambda's python3.11 on that architecture (manylinux2014:
     # glibc 2.17, which Amazon Linux 2's 2.26 loads), or pure Python
     wheel_arch = {"x86_64": "x86_64", "arm64": "aarch64"}[arch]

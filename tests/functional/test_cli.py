@@ -41,8 +41,14 @@ def test_generate_then_backlog_json(tmp_path: Path) -> None:
     backlogs = json.loads(icebatch(tmp_path, "backlog", "--json").stdout)  # a consumer each
     assert [b["consumer"] for b in backlogs] == ["triage", "privacy"]
     for backlog in backlogs:
-        assert {"consumer", "task_version", "watermark_snapshot_id", "current_snapshot_id", "backlog_rows",
-                "oldest_unprocessed_age_seconds"} <= set(backlog)  # fmt: skip
+        assert {
+            "consumer",
+            "task_version",
+            "watermark_snapshot_id",
+            "current_snapshot_id",
+            "backlog_rows",
+            "oldest_unprocessed_age_seconds",
+        } <= set(backlog)
         assert backlog["backlog_rows"] == 25 and backlog["watermark_snapshot_id"] is None
     [one] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "privacy", "--json").stdout)
     assert one["consumer"] == "privacy"
@@ -166,8 +172,17 @@ def test_ledger_runs_and_reset(tmp_path: Path) -> None:
     assert listed["in_progress"] == [] and runs[0]["chunks"] == 1
     icebatch(tmp_path, "generate", "--tickets", "5")
     [backlog] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "triage", "--json").stdout)
-    reset = icebatch(tmp_path, "ledger", "reset", "--consumer", "triage", "--to-snapshot",
-                     str(backlog["current_snapshot_id"]), "--reason", "skip a bad batch")  # fmt: skip
+    reset = icebatch(
+        tmp_path,
+        "ledger",
+        "reset",
+        "--consumer",
+        "triage",
+        "--to-snapshot",
+        str(backlog["current_snapshot_id"]),
+        "--reason",
+        "skip a bad batch",
+    )
     assert reset.returncode == 0, reset.stderr
     [after] = json.loads(icebatch(tmp_path, "backlog", "--consumer", "triage", "--json").stdout)
     assert after["backlog_rows"] == 0
@@ -198,8 +213,13 @@ def test_contracts_check_passes_on_the_checked_in_files(tmp_path: Path) -> None:
 
 def job(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
-    return subprocess.run([sys.executable, "-m", "icebatch_job", *args], capture_output=True, text=True,
-                          env={**base, "ICEBATCH_HOME": str(home)}, timeout=180)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "icebatch_job", *args],
+        capture_output=True,
+        text=True,
+        env={**base, "ICEBATCH_HOME": str(home)},
+        timeout=180,
+    )
 
 
 @pytest.mark.parametrize(
@@ -242,8 +262,13 @@ def test_what_a_person_reads_never_says_none(tmp_path: Path) -> None:
     # given a table with tickets that nothing has processed yet (no watermark, no job, no run)
     assert icebatch(tmp_path, "generate", "--tickets", "10", "--seed", "2").returncode == 0
     # when a person reads the backlog, the estimate, a launch decision, the ledger and the settings
-    for command in (["backlog"], ["estimate"], ["launch", "--trigger", "manual", "--dry-run"], ["ledger", "runs"],
-                    ["config"]):  # fmt: skip
+    for command in (
+        ["backlog"],
+        ["estimate"],
+        ["launch", "--trigger", "manual", "--dry-run"],
+        ["ledger", "runs"],
+        ["config"],
+    ):
         done = icebatch(tmp_path, *command)
         # then each says what is missing in words ("none: nothing processed yet", "-"), not Python's None
         assert done.returncode == 0, done.stderr
@@ -340,8 +365,10 @@ def test_results_show_each_verdict_with_the_columns_its_prompt_read_and_filter_o
     icebatch(tmp_path, "generate", "--tickets", "30", "--seed", "11")
     settings = Settings(home=tmp_path)
     assert run_once(open_ledger(settings, triage(settings))) is not None
-    source = {str(r["ticket_id"]): r for r in open_catalog(settings).load_table("support.tickets").scan().to_arrow()
-              .to_pylist()}  # fmt: skip
+    source = {
+        str(r["ticket_id"]): r
+        for r in open_catalog(settings).load_table("support.tickets").scan().to_arrow().to_pylist()
+    }
 
     def shown(*args: str) -> list[dict[str, str]]:
         out = icebatch(tmp_path, "results", "--consumer", "triage", "--limit", "100", "--format", "csv", *args)
@@ -431,8 +458,14 @@ def test_init_scaffolds_a_consumer_of_your_own_table_that_the_other_commands_the
     project = tmp_path / "shop"
     catalog = open_catalog(Settings(home=project / ".icebatch"))
     catalog.create_namespace("shop")
-    rows = pa.table({"review_id": ["r1", "r2", "r3"], "stars": pa.array([1, 5, 3], pa.int32()),
-                     "title": ["broken", "great", "ok"], "text": ["it broke", "love it", "fine"]})  # fmt: skip
+    rows = pa.table(
+        {
+            "review_id": ["r1", "r2", "r3"],
+            "stars": pa.array([1, 5, 3], pa.int32()),
+            "title": ["broken", "great", "ok"],
+            "text": ["it broke", "love it", "fine"],
+        }
+    )
     catalog.create_table("shop.reviews", schema=rows.schema).append(rows)
     # when `icebatch init shop.reviews` runs in the project's folder
     made = _in(project, "init", "shop.reviews", "--consumer", "sentiment")

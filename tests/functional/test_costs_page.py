@@ -25,8 +25,11 @@ pytestmark = pytest.mark.functional
 
 @pytest.fixture
 def home(settings: Settings, cli_environment: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    two = consumers_file(cli_environment / "consumers", {"name": "triage", "budget": {"max_usd_per_day": 0.01}},
-                         {"name": "privacy", "task": "privacy", "backlog_threshold": 5})  # fmt: skip
+    two = consumers_file(
+        cli_environment / "consumers",
+        {"name": "triage", "budget": {"max_usd_per_day": 0.01}},
+        {"name": "privacy", "task": "privacy", "backlog_threshold": 5},
+    )
     monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(two))
     return settings.with_overrides(home=cli_environment, consumers_file=two)
 
@@ -53,7 +56,11 @@ def test_the_costs_page_charts_spend_rows_and_backlog_per_consumer_in_a_browser(
     assert icebatch_main(["launch", "--dry-run", "--json"]) == 0
     decisions = [json.loads(line) for line in (home.home / "decisions.jsonl").read_text().splitlines()]
     assert sorted((d["consumer"], d["backlog_rows"]) for d in decisions) == [
-        ("privacy", 0), ("privacy", 12), ("triage", 0), ("triage", 12)]  # fmt: skip
+        ("privacy", 0),
+        ("privacy", 12),
+        ("triage", 0),
+        ("triage", 12),
+    ]
     capsys.readouterr()
     # when the page is asked for
     page = tmp_path / "costs.html"
@@ -97,8 +104,13 @@ def test_a_decision_log_line_that_does_not_parse_is_skipped_and_said(
 
     # given a decision log with a good decision, a torn line and a decision without a time zone
     at = datetime.now(UTC)
-    good = {"consumer": "triage", "decided_at": at.isoformat(), "backlog_rows": 7, "threshold": 5,
-            "decision": "launched"}  # fmt: skip
+    good = {
+        "consumer": "triage",
+        "decided_at": at.isoformat(),
+        "backlog_rows": 7,
+        "threshold": 5,
+        "decision": "launched",
+    }
     record_decisions(tmp_path, {"decisions": [good, {**good, "decided_at": at.replace(tzinfo=None).isoformat()}]})
     with (tmp_path / "decisions.jsonl").open("a") as f:
         f.write('{"consumer": "tri\n')

@@ -38,8 +38,9 @@ def _emitted(settings: Settings, capsys: pytest.CaptureFixture[str]) -> set[tupl
     """What the handlers publish for a consumer with a daily budget and a backlog: a forced dry run, each other
     decision the launcher counts, a completion and a failure reported."""
     ensure_source_table(open_catalog(settings), settings.catalog.source_table)
-    append_tickets(open_catalog(settings).load_table(settings.catalog.source_table),
-                   generate_tickets(5, random.Random(1)))  # fmt: skip
+    append_tickets(
+        open_catalog(settings).load_table(settings.catalog.source_table), generate_tickets(5, random.Random(1))
+    )
     capsys.readouterr()
     forced = {**json.loads((EVENTS / "manual-dry-run.json").read_text()), "force": True}
     [seen] = invoke("launcher", forced, settings)["decisions"]  # a dry run: no job is started
@@ -64,16 +65,27 @@ def test_every_dashboard_query_finds_a_metric_the_handlers_publish(
     queries = _queries()
     # then each per-consumer one names a metric published with exactly its dimensions (matchExact), by the service
     # it filters on; each per-function one is an error the handlers count (published only when one happens)
-    missing = [(name, dims) for name, dims in queries
-               if "consumer" in dims and (dims["service"], frozenset(dims), name) not in emitted]  # fmt: skip
+    missing = [
+        (name, dims)
+        for name, dims in queries
+        if "consumer" in dims and (dims["service"], frozenset(dims), name) not in emitted
+    ]
     assert missing == [], missing
     errors = {(service, name) for service, names in PERMANENT_ERROR_METRICS.items() for name in names}
     errors |= {(service, TRANSIENT_ERROR_METRIC) for service in PERMANENT_ERROR_METRICS}
     assert {(dims["service"], name) for name, dims in queries if "consumer" not in dims} <= errors
     # and the launcher's, the reporter's and the daily budget's are all there
     names = {name for name, _ in queries}
-    assert {"BacklogRows", "OldestUnprocessedAge", "JobsLaunched", "BudgetRefusals", "SpentTodayUsd",
-            "BudgetPerDayUsd", "CostUsd", "RowsProcessed"} <= names  # fmt: skip
+    assert {
+        "BacklogRows",
+        "OldestUnprocessedAge",
+        "JobsLaunched",
+        "BudgetRefusals",
+        "SpentTodayUsd",
+        "BudgetPerDayUsd",
+        "CostUsd",
+        "RowsProcessed",
+    } <= names
     assert {f"Decision_{d}" for d in get_args(Decision)} <= names
 
 

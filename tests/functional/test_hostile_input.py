@@ -270,8 +270,10 @@ def test_a_run_that_loses_its_range_part_way_is_a_no_op_not_a_failure(tmp_path: 
     # ... when its first commit finds that another run moved the ledger first (its compare-and-set lost)
     winner = run_once(ledger)
     assert winner is not None
-    lost = WatermarkConflictError(f"run {run.plan.run_id} planned from watermark none but run {winner.plan.run_id} "
-                                  "moved the ledger first; this chunk's 20 result rows were discarded")  # fmt: skip
+    lost = WatermarkConflictError(
+        f"run {run.plan.run_id} planned from watermark none but run {winner.plan.run_id} "
+        "moved the ledger first; this chunk's 20 result rows were discarded"
+    )
     result = conflicted(run, lost)
     # then it ends as a conflict (exit 5) with a line naming the run that covered it, and reports no failure
     assert result.status == "conflict" and result.failed is None
@@ -291,9 +293,17 @@ def test_a_run_id_that_is_a_path_is_refused_by_the_job(tmp_path: Path) -> None:
 def _record(settings: Settings, name: str, **fields: Any) -> None:
     jobs = settings.home / "jobs"
     jobs.mkdir(parents=True, exist_ok=True)
-    record = {"name": name, "deployment": "local", "consumer": "triage", "attempt": 1, "status": "RUNNING",
-              "mode": "inprocess", "pid": os.getpid(), "start_time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              **fields}  # fmt: skip
+    record = {
+        "name": name,
+        "deployment": "local",
+        "consumer": "triage",
+        "attempt": 1,
+        "status": "RUNNING",
+        "mode": "inprocess",
+        "pid": os.getpid(),
+        "start_time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **fields,
+    }
     (jobs / f"{name}.json").write_text(json.dumps(record))
 
 
@@ -362,9 +372,12 @@ def test_what_a_killed_job_started_is_killed_by_its_watchdog() -> None:
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONPATH": CODE},
-    )  # fmt: skip
+    )
     assert proc.stdin is not None and proc.stdout is not None
     child = psutil.Process(int(proc.stdout.readline()))
     deadline = time.monotonic() + 30  # the child's own start (its grandchild) may be slow on a loaded machine

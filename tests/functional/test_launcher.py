@@ -114,8 +114,13 @@ def test_one_event_evaluates_every_consumer_and_each_gets_its_own_job(
     settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> None:
     # given two consumers of the table, with different thresholds
-    s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 50},
-             {"name": "privacy", "task": "privacy", "backlog_threshold": 100})  # fmt: skip
+    s = kube(
+        settings,
+        k8s,
+        aws_endpoint,
+        {"name": "triage", "backlog_threshold": 50},
+        {"name": "privacy", "task": "privacy", "backlog_threshold": 100},
+    )
     tickets(s, 60)
     # when one table change arrives
     response = invoke("launcher", event("glue-table-change.json"), s)
@@ -425,9 +430,10 @@ def test_s3_metadata_events_on_glue_through_moto(glue_settings: Settings, k8s: R
     location = open_catalog(s).load_table(s.catalog.source_table).metadata.location  # s3://bucket/warehouse/...
     bucket, prefix = location.removeprefix("s3://").split("/", 1)
     metadata_key = next(
-        o["Key"] for o in client("s3", aws_endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]
+        o["Key"]
+        for o in client("s3", aws_endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]
         if o["Key"].endswith(".metadata.json")
-    )  # fmt: skip
+    )
     ev = event("s3-metadata-object.json")
     ev["detail"]["bucket"]["name"] = bucket
     ev["detail"]["object"]["key"] = metadata_key
@@ -525,9 +531,14 @@ def test_a_catalog_that_cannot_be_reached_is_retried_and_counted(
     # given a launcher whose Glue catalog does not answer
     down = settings.with_overrides(
         catalog_type="glue",
-        catalog_properties={"glue.endpoint": "http://127.0.0.1:9", "glue.region": "us-east-1",
-                            "glue.access-key-id": "x", "glue.secret-access-key": "y", "glue.max-retries": "1"},
-    )  # fmt: skip
+        catalog_properties={
+            "glue.endpoint": "http://127.0.0.1:9",
+            "glue.region": "us-east-1",
+            "glue.access-key-id": "x",
+            "glue.secret-access-key": "y",
+            "glue.max-retries": "1",
+        },
+    )
     # when the nightly schedule fires, then the error is raised (Lambda retries, then dead-letters)
     with pytest.raises(CatalogUnavailableError):
         invoke("launcher", event("schedule.json"), down)
@@ -540,8 +551,15 @@ def test_a_catalog_that_cannot_be_reached_is_retried_and_counted(
 def _model_folder(path: Path, **config: Any) -> str:
     """A model folder as the engine reads it, with this config.json (a published model's figures)."""
     path.mkdir(parents=True)
-    base = {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 128256, "intermediate_size": 14336,
-            "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16"}  # fmt: skip
+    base = {
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "vocab_size": 128256,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "torch_dtype": "bfloat16",
+    }
     (path / "config.json").write_text(json.dumps({**base, **config}))
     return str(path)
 
@@ -551,8 +569,9 @@ def test_a_model_too_big_for_the_gpu_worker_is_refused_before_a_gpu_node_is_boug
 ) -> None:
     # given a backlog over the threshold, and a consumer whose model is a 70B one in bfloat16 (131 GiB of
     # weights) while the deployment's GPU worker has one 24 GB GPU
-    seventy = _model_folder(tmp_path / "llama-70b", hidden_size=8192, num_hidden_layers=80, intermediate_size=28672,
-                            num_attention_heads=64)  # fmt: skip
+    seventy = _model_folder(
+        tmp_path / "llama-70b", hidden_size=8192, num_hidden_layers=80, intermediate_size=28672, num_attention_heads=64
+    )
     s = kube(settings, k8s, aws_endpoint, {"name": "triage", "backlog_threshold": 50, "model": seventy})
     tickets(s, 60)
     # when the schedule fires
@@ -573,8 +592,15 @@ def test_a_model_on_s3_is_sized_from_its_config_as_the_engine_would_read_it(
     s3 = client("s3", aws_endpoint)
     bucket = f"models-{os.getpid()}-{random.randrange(10**6)}"
     s3.create_bucket(Bucket=bucket)
-    config = {"hidden_size": 8192, "num_hidden_layers": 80, "vocab_size": 128256, "intermediate_size": 28672,
-              "num_attention_heads": 64, "num_key_value_heads": 8, "torch_dtype": "bfloat16"}  # fmt: skip
+    config = {
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "vocab_size": 128256,
+        "intermediate_size": 28672,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "torch_dtype": "bfloat16",
+    }
     s3.put_object(Bucket=bucket, Key="llama-70b/config.json", Body=json.dumps(config).encode())
     s = kube(settings, k8s, aws_endpoint, model_source=f"s3://{bucket}/llama-70b/")
     tickets(s, 60)
@@ -619,8 +645,10 @@ def test_rows_deleted_since_the_watermark_launch_a_run_with_no_gpu_to_remove_the
     worker = d["manifest"]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     assert (worker["replicas"], worker["minReplicas"], worker["maxReplicas"]) == (0, 0, 0)
     assert errors(d["manifest"], "v1.7.0") == [] and errors(d["manifest"], "v1.6.1") == []
-    head_env = {e["name"]: e.get("value") for e in d["manifest"]["spec"]["rayClusterSpec"]["headGroupSpec"]
-                ["template"]["spec"]["containers"][0]["env"]}  # fmt: skip
+    head_env = {
+        e["name"]: e.get("value")
+        for e in d["manifest"]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert head_env["ICEBATCH_CONCURRENCY"] == "1"
     # and with nothing deleted and nothing new, nothing is launched
     s2 = kube(settings.with_overrides(home=settings.home / "other"), k8s, aws_endpoint)
@@ -678,8 +706,12 @@ def test_rows_changed_by_a_copy_on_write_update_are_labelled_by_the_next_attempt
     assert second["decision"] == "launch" and "this one has the model" in second["reason"], second["reason"]
     assert second["origin"] == "deferred" and second["job_name"] != first["job_name"]
     assert second["manifest"]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] >= 1
-    assert "ICEBATCH_JOB_ENGINE" not in {e["name"] for e in second["manifest"]["spec"]["rayClusterSpec"]
-                                         ["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}  # fmt: skip
+    assert "ICEBATCH_JOB_ENGINE" not in {
+        e["name"]
+        for e in second["manifest"]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
     # and, run, it labels exactly the three changed rows, whose new verdicts replace the old
     run = run_once(ledger)
     assert run is not None and run.stats.rows == 3

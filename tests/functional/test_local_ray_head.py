@@ -61,8 +61,19 @@ def _running_job(s: Settings, name: str) -> Path:
     (s.home / "jobs").mkdir(parents=True, exist_ok=True)
     path = s.home / "jobs" / f"{name}.json"
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    path.write_text(json.dumps({"name": name, "deployment": s.top.deployment, "consumer": "triage", "attempt": 1,
-                                "mode": "ray-jobs", "status": "RUNNING", "start_time": started}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "name": name,
+                "deployment": s.top.deployment,
+                "consumer": "triage",
+                "attempt": 1,
+                "mode": "ray-jobs",
+                "status": "RUNNING",
+                "start_time": started,
+            }
+        )
+    )
     return path
 
 

@@ -33,18 +33,27 @@ def test_the_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> N
     from bench.launcher_weight import uv
 
     # given the wheel a user's build makes
-    built = subprocess.run([uv(), "build", "--wheel", "-o", str(tmp_path / "dist"), str(ROOT)],
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    built = subprocess.run(
+        [uv(), "build", "--wheel", "-o", str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=300
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     [wheel] = (tmp_path / "dist").glob("icebatch-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     # then it holds every package of both source folders, the default consumers and their tasks, the license
-    packages = {str(p.parent.relative_to(src)) for src in (ROOT / "functions", ROOT / "jobimage")
-                for p in src.rglob("__init__.py") if p.parent.name != "__pycache__"}  # fmt: skip
+    packages = {
+        str(p.parent.relative_to(src))
+        for src in (ROOT / "functions", ROOT / "jobimage")
+        for p in src.rglob("__init__.py")
+        if p.parent.name != "__pycache__"
+    }
     assert packages and all(f"{p}/__init__.py" in names for p in packages), sorted(packages)
-    assert {"icebatch/consumers/consumers.yaml", "icebatch/consumers/tasks/triage.json",
-            "icebatch/consumers/schemas/task.schema.json", "icebatch/consumers/schemas/consumers.schema.json",
-            "icebatch/__main__.py"} <= set(names)  # fmt: skip
+    assert {
+        "icebatch/consumers/consumers.yaml",
+        "icebatch/consumers/tasks/triage.json",
+        "icebatch/consumers/schemas/task.schema.json",
+        "icebatch/consumers/schemas/consumers.schema.json",
+        "icebatch/__main__.py",
+    } <= set(names)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     # when it is installed into a fresh virtualenv outside the repository, with its dependencies
     venv = tmp_path / "user-venv"
@@ -52,10 +61,21 @@ def test_the_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> N
     installed = subprocess.run(
         # the locked versions: their wheels are in the package cache since `make env`; the resolver may still ask
         # PyPI for metadata the cache lacks (a fresh machine's cache holds the wheels of `uv pip sync` only)
-        [uv(), "pip", "install", "-q", "-p", str(venv / "bin" / "python"), str(wheel),
-         "-c", str(ROOT / "requirements" / "dev.lock")],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            uv(),
+            "pip",
+            "install",
+            "-q",
+            "-p",
+            str(venv / "bin" / "python"),
+            str(wheel),
+            "-c",
+            str(ROOT / "requirements" / "dev.lock"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert installed.returncode == 0, installed.stderr[-2000:]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("ICEBATCH_")}
     env["ICEBATCH_HOME"] = str(tmp_path / "home")

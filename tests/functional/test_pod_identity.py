@@ -91,9 +91,13 @@ def test_the_jobs_iceberg_io_runs_on_pod_identity_credentials_alone(
     token_file = tmp_path / "eks-pod-identity-token"
     token_file.write_text(TOKEN)
     props = {
-        "glue.endpoint": aws_endpoint, "glue.region": REGION, "s3.endpoint": aws_endpoint, "s3.region": REGION,
-        "client.region": REGION, "warehouse": f"s3://{bucket}/warehouse",
-    }  # fmt: skip
+        "glue.endpoint": aws_endpoint,
+        "glue.region": REGION,
+        "s3.endpoint": aws_endpoint,
+        "s3.region": REGION,
+        "client.region": REGION,
+        "warehouse": f"s3://{bucket}/warehouse",
+    }
     settings = Settings(
         home=tmp_path / "home",
         catalog_type="glue",

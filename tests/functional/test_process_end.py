@@ -40,9 +40,12 @@ end_process(7)
 
 def _python(script: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONPATH": CODE},
-    )  # fmt: skip
+    )
 
 
 def test_the_job_process_ends_as_an_exit_does_but_without_tearing_its_objects_down() -> None:
@@ -78,9 +81,13 @@ sys.stdin.readline()
 
 def _watched() -> tuple[subprocess.Popen[str], psutil.Process, psutil.Process]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", WATCHED], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": CODE}, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "-c", WATCHED],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": CODE},
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     watchdog, child = (psutil.Process(int(pid)) for pid in proc.stdout.readline().split())
     return proc, watchdog, child
@@ -142,9 +149,12 @@ sys.stdin.readline()
 def test_a_process_that_asked_dies_when_its_parent_is_killed() -> None:
     # given a process whose child asked the kernel to die with it (as the engine's processes do)
     proc = subprocess.Popen(
-        [sys.executable, "-c", PARENT_OF_A_DYING_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", PARENT_OF_A_DYING_CHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONPATH": CODE},
-    )  # fmt: skip
+    )
     assert proc.stdout is not None
     child = psutil.Process(int(proc.stdout.readline()))
     assert proc.stdout.readline().strip() == str(child.pid)  # it has asked

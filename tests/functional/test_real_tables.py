@@ -134,9 +134,19 @@ def test_the_planned_files_are_the_appended_or_the_live_ones_for_every_range(set
     # is live at their end)
     for start in (None, ids[0], ids[2], ids[5], ids[6]):
         for end in ids[ids.index(start) + 1 if start else 0 :]:
-            plan = RunPlan(run_id="r", consumer="c", task="t", task_version=1, source_table="s", results_table="r",
-                           from_snapshot_exclusive=start, to_snapshot_inclusive=end, expected_rows=0, snapshots=0,
-                           scan_from_exclusive=start)  # fmt: skip
+            plan = RunPlan(
+                run_id="r",
+                consumer="c",
+                task="t",
+                task_version=1,
+                source_table="s",
+                results_table="r",
+                from_snapshot_exclusive=start,
+                to_snapshot_inclusive=end,
+                expected_rows=0,
+                snapshots=0,
+                scan_from_exclusive=start,
+            )
             planned = plan_range(table, plan)
             mine = sorted(t.file.file_path for t in planned.tasks)
             scan = table.incremental_append_scan(from_snapshot_id_exclusive=start, to_snapshot_id_inclusive=end)
@@ -470,8 +480,11 @@ def test_an_upsert_relabels_the_changed_rows_and_supersedes_their_verdicts(any_s
     source = ledger.source()
     rows = source.scan().to_arrow().sort_by("ticket_id")
     changed = rows.slice(0, 2)
-    changed = changed.set_column(changed.schema.get_field_index("subject"), "subject",
-                                 pc.binary_join_element_wise(changed["subject"], " (reopened)", ""))  # fmt: skip
+    changed = changed.set_column(
+        changed.schema.get_field_index("subject"),
+        "subject",
+        pc.binary_join_element_wise(changed["subject"], " (reopened)", ""),
+    )
     new = pa.Table.from_pylist(generate_tickets(1, random.Random(7)), schema=source.schema().as_arrow())
     new = new.set_column(0, "ticket_id", pa.array(["T-NEW"]))
     upserted = source.upsert(pa.concat_tables([changed, rows.slice(2, 3), new.cast(rows.schema)]), ["ticket_id"])
@@ -754,11 +767,16 @@ def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(
     same = rows.filter(pa.compute.equal(rows["ticket_id"], labelled[2]))
     new = pa.Table.from_pylist(generate_tickets(1, random.Random(7)), schema=source.schema().as_arrow())
     new = new.set_column(0, "ticket_id", pa.array(["T-FLINK"]))
-    upsert_with_equality_deletes(source, pa.concat_tables([t.cast(rows.schema) for t in (changed, same, new)]),
-                                 "ticket_id", delete_format=delete_format)  # fmt: skip
+    upsert_with_equality_deletes(
+        source,
+        pa.concat_tables([t.cast(rows.schema) for t in (changed, same, new)]),
+        "ticket_id",
+        delete_format=delete_format,
+    )
     erased = [labelled[3], fresh[0]]
-    upsert_with_equality_deletes(ledger.source(), pa.table({"ticket_id": erased}), "ticket_id",
-                                 delete_format=delete_format)  # fmt: skip
+    upsert_with_equality_deletes(
+        ledger.source(), pa.table({"ticket_id": erased}), "ticket_id", delete_format=delete_format
+    )
     live = live_rows(ledger.source())
     assert live.num_rows == 10 + 5 + 1 - 2 and not set(erased) & set(live["ticket_id"].to_pylist())
     # when the launcher counts the backlog and the next run goes
@@ -779,9 +797,12 @@ def test_flink_upserts_and_deletes_with_equality_delete_files_are_followed(
 
 @pytest.mark.parametrize("kind", ["equality", "position"])
 def test_a_delete_file_in_a_format_nothing_here_reads_stops_the_job_before_any_work_in_one_line(
-    settings: Settings, cli_environment: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    settings: Settings,
+    cli_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     kind: str,
-) -> None:  # fmt: skip
+) -> None:
     from tests.support.crafted_history import add_position_deletes, positions_of, upsert_with_equality_deletes
 
     # given a consumer that labelled its source's rows, then new rows, and a delete of a labelled row in an Avro
@@ -791,8 +812,9 @@ def test_a_delete_file_in_a_format_nothing_here_reads_stops_the_job_before_any_w
     erased = source_ids(ledger)[:1]
     _append(ledger, 3, seed=2)
     if kind == "equality":
-        upsert_with_equality_deletes(ledger.source(), pa.table({"ticket_id": erased}), "ticket_id",
-                                     delete_format="AVRO")  # fmt: skip
+        upsert_with_equality_deletes(
+            ledger.source(), pa.table({"ticket_id": erased}), "ticket_id", delete_format="AVRO"
+        )
     else:
         add_position_deletes(ledger.source(), positions_of(ledger.source(), erased), delete_format="AVRO")
     capsys.readouterr()
@@ -930,8 +952,9 @@ def test_a_row_appended_again_with_new_content_gets_a_verdict_that_replaces_the_
     ledger = _labelled(settings, 6)
     # when one of them is appended again with a new subject (an append-only writer's update)
     row = ledger.source().scan().to_arrow().sort_by("ticket_id").slice(0, 1)
-    edited = row.set_column(row.schema.get_field_index("subject"), "subject",
-                            pc.binary_join_element_wise(row["subject"], " (reopened)", ""))  # fmt: skip
+    edited = row.set_column(
+        row.schema.get_field_index("subject"), "subject", pc.binary_join_element_wise(row["subject"], " (reopened)", "")
+    )
     ledger.source().append(edited)
     run = run_once(ledger)
     # then it alone went to the model, and its id has one verdict: the new content's

@@ -71,8 +71,9 @@ def drain(endpoint: str, url: str, expect: int | None = None) -> list[dict[str, 
     sqs = client("sqs", endpoint)
     out: list[dict[str, Any]] = []
     for _ in range(6):
-        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
-                                  MessageAttributeNames=["All"]).get("Messages", [])  # fmt: skip
+        got = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, MessageAttributeNames=["All"]
+        ).get("Messages", [])
         out += got
         for m in got:
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
@@ -207,10 +208,16 @@ def kuberay_reporting(settings: Settings, aws_endpoint: str, k8s: RayJobApi) -> 
     """A kuberay launcher (the triage consumer alone) whose bus's reporter rule feeds a queue: (settings, queue)."""
     _, bus, url = bus_with_reporter_rule(aws_endpoint, deployment="icebatch-prod")
     s = settings.with_overrides(
-        backend="kuberay", eks_cluster="icebatch-test", k8s_api_server=k8s.url,  # type: ignore[attr-defined]
-        aws_endpoint_url=aws_endpoint, aws_region=REGION, event_bus=bus, finished_job_retention_seconds=3600,
-        deployment="icebatch-prod", consumers_file=consumers_file(settings.home / "c", {"name": "triage"}),
-    )  # fmt: skip
+        backend="kuberay",
+        eks_cluster="icebatch-test",
+        k8s_api_server=k8s.url,  # type: ignore[attr-defined]
+        aws_endpoint_url=aws_endpoint,
+        aws_region=REGION,
+        event_bus=bus,
+        finished_job_retention_seconds=3600,
+        deployment="icebatch-prod",
+        consumers_file=consumers_file(settings.home / "c", {"name": "triage"}),
+    )
     return s, url
 
 
@@ -230,8 +237,13 @@ def test_a_silently_failed_rayjob_is_reported_once_and_later_deleted(
     with pytest.raises(Crash):
         run_once(ledger, plan=plan, chunk_rows=8, transform=dies_after(12))
     ended = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    k8s.set_status(launched["job_name"], jobDeploymentStatus="Failed", reason="DeadlineExceeded",
-                   message="RayJob has passed the activeDeadlineSeconds", endTime=ended)  # fmt: skip
+    k8s.set_status(
+        launched["job_name"],
+        jobDeploymentStatus="Failed",
+        reason="DeadlineExceeded",
+        message="RayJob has passed the activeDeadlineSeconds",
+        endTime=ended,
+    )
     # then the next schedule reports it once (and launches attempt 2 for the still-pending range) ...
     [retry] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
     assert retry["decision"] == "launch" and retry["attempt"] == 2
@@ -271,9 +283,13 @@ def test_a_rayjob_that_lost_its_range_to_another_run_is_not_reported_as_a_failur
     ledger = open_ledger(s, triage(s))
     manual = run_once(ledger)
     assert manual is not None and manual.plan.run_id != launched["run_id"]
-    k8s.set_status(launched["job_name"], jobDeploymentStatus="Failed", jobStatus="FAILED",
-                   message="Job entrypoint command failed with exit code 5",
-                   endTime=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
+    k8s.set_status(
+        launched["job_name"],
+        jobDeploymentStatus="Failed",
+        jobStatus="FAILED",
+        message="Job entrypoint command failed with exit code 5",
+        endTime=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
     # then the next schedule's reconciliation reports no failure (a race is not a failure: no email, no alarm),
     # marks the job as seen, and finds nothing new
     [after] = invoke("launcher", {"trigger": "schedule"}, s)["decisions"]
@@ -320,9 +336,11 @@ def test_an_idempotency_table_out_of_reach_is_a_counted_retry(
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     down = settings.with_overrides(
-        sns_topic_arn=f"arn:aws:sns:{REGION}:123456789012:reports", idempotency_table="icebatch-idempotency",
-        aws_endpoint_url="http://127.0.0.1:9", aws_region=REGION,
-    )  # fmt: skip
+        sns_topic_arn=f"arn:aws:sns:{REGION}:123456789012:reports",
+        idempotency_table="icebatch-idempotency",
+        aws_endpoint_url="http://127.0.0.1:9",
+        aws_region=REGION,
+    )
     # when a completion event arrives, then it is a transient error (Lambda retries, then dead-letters)
     with pytest.raises(TransientError, match="the idempotency table cannot be used"):
         invoke("reporter", example("batch-job-completed.json"), down)
@@ -391,9 +409,12 @@ def test_the_reporter_logs_as_on_aws_in_a_process_that_imported_ray(tmp_path: Pa
     event = EXAMPLES / "valid" / "batch-job-completed.json"
     # when the reporter handles a completion event there
     done = subprocess.run(
-        [sys.executable, "-c", REPORTER_BESIDE_RAY, str(tmp_path), str(event)], capture_output=True, text=True,
-        timeout=300, env={**os.environ, "PYTHONPATH": CODE},
-    )  # fmt: skip
+        [sys.executable, "-c", REPORTER_BESIDE_RAY, str(tmp_path), str(event)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": CODE},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     # then its log records are the handler's own, as in Lambda: none carries Ray's tag
     records = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
@@ -419,8 +440,10 @@ def test_a_report_sets_its_run_beside_the_consumers_last_runs_from_its_ledger(
 
     def report(s: Settings, run_id: str) -> tuple[str, dict[str, Any]]:
         detail = base.model_copy(update={"deployment": s.top.deployment, "run_id": run_id})
-        assert invoke("reporter", envelope(detail, event_id=str(uuid.uuid4()), time=datetime.now(UTC)), s)[
-            "status"] == "reported"  # fmt: skip
+        assert (
+            invoke("reporter", envelope(detail, event_id=str(uuid.uuid4()), time=datetime.now(UTC)), s)["status"]
+            == "reported"
+        )
         stem = s.reports_dir / f"{run_id}.completed"
         return Path(f"{stem}.txt").read_text(), json.loads(Path(f"{stem}.json").read_text())
 

@@ -45,15 +45,31 @@ def _history(settings: Settings) -> tuple[ResultsLedger, dict[str, str]]:
     pending = ledger.pending()
     assert done is not None and pending is not None
     # the interrupted attempt's event, as the job publishes it when a signal stops it (through the local bus)
-    local_bus(settings).publish(BatchJobFailed(
-        deployment=settings.top.deployment, run_id=pending.run_id, consumer="triage", task="triage", task_version=1,
-        source_table=settings.catalog.source_table, range=SnapshotRange(
-            from_exclusive=pending.from_snapshot_exclusive, to_inclusive=pending.to_snapshot_inclusive),
-        reason="interrupted (signal): this attempt committed 5 rows; 5 of the range are committed",
-        error_type="JobInterrupted", stage="inference", retryable=True, resumable=True, attempt=1,
-        rows_processed=6, rows_committed=5, attempt_rows_committed=5, job_seconds=30.0,
-        started_at=datetime.now(UTC) - timedelta(seconds=30), failed_at=datetime.now(UTC),
-    ))  # fmt: skip
+    local_bus(settings).publish(
+        BatchJobFailed(
+            deployment=settings.top.deployment,
+            run_id=pending.run_id,
+            consumer="triage",
+            task="triage",
+            task_version=1,
+            source_table=settings.catalog.source_table,
+            range=SnapshotRange(
+                from_exclusive=pending.from_snapshot_exclusive, to_inclusive=pending.to_snapshot_inclusive
+            ),
+            reason="interrupted (signal): this attempt committed 5 rows; 5 of the range are committed",
+            error_type="JobInterrupted",
+            stage="inference",
+            retryable=True,
+            resumable=True,
+            attempt=1,
+            rows_processed=6,
+            rows_committed=5,
+            attempt_rows_committed=5,
+            job_seconds=30.0,
+            started_at=datetime.now(UTC) - timedelta(seconds=30),
+            failed_at=datetime.now(UTC),
+        )
+    )
     resumed = run_once(ledger, chunk_rows=5)
     assert resumed is not None
     # a job started on a range that is not there: it fails planning, and says so with a real failure event
@@ -65,8 +81,12 @@ def _history(settings: Settings) -> tuple[ResultsLedger, dict[str, str]]:
         run_once(ledger, transform=dies_after(4), chunk_rows=3)
     part_way = ledger.pending()
     assert part_way is not None
-    ids = {"completed": done.plan.run_id, "resumed": resumed.plan.run_id, "failed": "triage-failed-at-plan",
-           "in_progress": part_way.run_id}  # fmt: skip
+    ids = {
+        "completed": done.plan.run_id,
+        "resumed": resumed.plan.run_id,
+        "failed": "triage-failed-at-plan",
+        "in_progress": part_way.run_id,
+    }
     return ledger, ids
 
 
@@ -182,11 +202,18 @@ def test_on_aws_a_failed_attempt_is_on_record_where_icebatch_runs_reads_it(
     failed = BatchJobFailed.model_validate(json.loads(EXAMPLE_FAILED.read_text())["detail"]).model_copy(
         update={"deployment": "icebatch-prod", "failed_at": datetime.now(UTC) - timedelta(minutes=5)}
     )
-    retried = failed.model_copy(update={"rayjob_name": "ib-triage-2c77a0b1f4-a2", "attempt": 2,
-                                        "failed_at": datetime.now(UTC) - timedelta(minutes=3)})  # fmt: skip
+    retried = failed.model_copy(
+        update={
+            "rayjob_name": "ib-triage-2c77a0b1f4-a2",
+            "attempt": 2,
+            "failed_at": datetime.now(UTC) - timedelta(minutes=3),
+        }
+    )
     later = failed.model_copy(update={"run_id": "triage-20261205T010000-aaaaaa", "failed_at": datetime.now(UTC)})
-    results = [invoke("reporter", envelope(d, event_id=str(uuid.uuid4()), time=d.failed_at), s)
-               for d in (failed, failed, retried, later)]  # fmt: skip
+    results = [
+        invoke("reporter", envelope(d, event_id=str(uuid.uuid4()), time=d.failed_at), s)
+        for d in (failed, failed, retried, later)
+    ]
     # then each failed attempt is one object under the warehouse, named by its consumer, time and run
     records = failure_records(s)
     assert records is not None and records.prefix == "warehouse/_icebatch/icebatch-prod/failures/"
@@ -199,13 +226,20 @@ def test_on_aws_a_failed_attempt_is_on_record_where_icebatch_runs_reads_it(
     # then the history lists the completed run and each failed attempt once, newest first, and passes the stranger
     # over, saying so
     rows = history(s, [ledger.consumer], {"triage": ledger})
-    assert [(r.status, r.run_id) for r in rows] == [("failed", later.run_id), ("completed", ledger.runs()[0].run_id),
-                                                    ("failed", failed.run_id), ("failed", failed.run_id)]  # fmt: skip
+    assert [(r.status, r.run_id) for r in rows] == [
+        ("failed", later.run_id),
+        ("completed", ledger.runs()[0].run_id),
+        ("failed", failed.run_id),
+        ("failed", failed.run_id),
+    ]
     assert rows[0].note.startswith("start: CUDA out of memory") and rows[0].cost_usd > 0
     assert any("is not a failure record, passed over" in r.getMessage() for r in caplog.records)
     # and a day's spend read from an hour back counts the three failed attempts (none committed rows)
-    [today] = spend_per_day(history(s, [ledger.consumer], {"triage": ledger}, since=datetime.now(UTC) - timedelta(
-        hours=1)), [ledger.consumer], datetime.now(UTC) - timedelta(hours=1))  # fmt: skip
+    [today] = spend_per_day(
+        history(s, [ledger.consumer], {"triage": ledger}, since=datetime.now(UTC) - timedelta(hours=1)),
+        [ledger.consumer],
+        datetime.now(UTC) - timedelta(hours=1),
+    )
     assert (today.runs, today.failed_attempts) == (1, 3)
 
 
@@ -216,16 +250,21 @@ def test_a_failure_that_cannot_be_put_on_record_is_still_reported_and_says_so(
     from icebatch.tools.invoke import invoke
 
     # given a deployment whose warehouse bucket is not there (deleted, or a typo in the stack's parameters)
-    s = glue_settings.with_overrides(aws_endpoint_url=aws_endpoint, aws_region=REGION,
-                                     warehouse=f"s3://gone-{uuid.uuid4().hex[:8]}/warehouse/")  # fmt: skip
+    s = glue_settings.with_overrides(
+        aws_endpoint_url=aws_endpoint, aws_region=REGION, warehouse=f"s3://gone-{uuid.uuid4().hex[:8]}/warehouse/"
+    )
     detail = BatchJobFailed.model_validate(json.loads(EXAMPLE_FAILED.read_text())["detail"])
     # when the reporter gets a failure, then the report still goes out, and the result and the log say what is missing
-    result = invoke("reporter", envelope(detail, event_id=str(uuid.uuid4()), time=detail.failed_at),
-                    s.with_overrides(catalog_properties={}))  # fmt: skip
+    result = invoke(
+        "reporter",
+        envelope(detail, event_id=str(uuid.uuid4()), time=detail.failed_at),
+        s.with_overrides(catalog_properties={}),
+    )
     assert result["status"] == "reported" and result["failure_record"].startswith("not recorded: "), result
     assert "NoSuchBucket" in result["failure_record"]
     assert any("`icebatch runs` will not list this attempt" in r.getMessage() for r in caplog.records)
     # and where the warehouse is not in S3 (the embedded default), nothing is put on record: the event log is it
-    local = invoke("reporter", envelope(detail, event_id=str(uuid.uuid4()), time=detail.failed_at),
-                   Settings(home=s.home / "local"))  # fmt: skip
+    local = invoke(
+        "reporter", envelope(detail, event_id=str(uuid.uuid4()), time=detail.failed_at), Settings(home=s.home / "local")
+    )
     assert local["status"] == "reported" and "failure_record" not in local

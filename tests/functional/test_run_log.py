@@ -43,7 +43,12 @@ def test_what_the_run_starts_goes_to_its_log_and_the_terminal_gets_icebatchs_lin
     # and the log holds what the libraries and the children wrote, even a child still writing after the block
     subprocess.run(["sleep", "1"], check=True)
     text = log.read_text()
-    for line in ("a library's print", "WARNING:ray:a library's record", "child stdout", "child stderr",
-                 "a grandchild that outlives the block"):  # fmt: skip
+    for line in (
+        "a library's print",
+        "WARNING:ray:a library's record",
+        "child stdout",
+        "child stderr",
+        "a grandchild that outlives the block",
+    ):
         assert line in text, text
     assert "the report" not in text and "a phase" not in text

@@ -76,16 +76,29 @@ def endpoint() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 def _stack_environment(tmp_path: Path) -> dict[str, str]:
     """The functions' environment as an s3tables stack resolves it (Globals), plus what Lambda gives every
     function (credentials, region), with icebatch's home under the test's folder."""
-    params = {"Catalog": "s3tables", "TableBucketName": "lake", "ClusterName": "c", "WarehouseBucket": "w",
-              "ModelBucket": "m", "JobServiceAccount": "icebatch-job", "JobImage": "i"}  # fmt: skip
+    params = {
+        "Catalog": "s3tables",
+        "TableBucketName": "lake",
+        "ClusterName": "c",
+        "WarehouseBucket": "w",
+        "ModelBucket": "m",
+        "JobServiceAccount": "icebatch-job",
+        "JobImage": "i",
+    }
     template = load_template(ROOT / "template.yaml")
     env = Stack(template, "lake-stack", params, region=REGION).resolve(
         template["Globals"]["Function"]["Environment"]["Variables"]
     )
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ICEBATCH_", "PYICEBERG_", "AWS_"))}
-    return {**base, **{k: str(v) for k, v in env.items()}, "ICEBATCH_HOME": str(tmp_path / "home"),
-            "AWS_ACCESS_KEY_ID": "AKIDLAUNCHER", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": REGION,
-            "AWS_DEFAULT_REGION": REGION}  # fmt: skip
+    return {
+        **base,
+        **{k: str(v) for k, v in env.items()},
+        "ICEBATCH_HOME": str(tmp_path / "home"),
+        "AWS_ACCESS_KEY_ID": "AKIDLAUNCHER",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+    }
 
 
 _SCRIPT = """
@@ -124,8 +137,9 @@ def test_an_s3_tables_stack_signs_its_catalog_calls_for_s3tables_and_leaves_plac
     assert env["PYICEBERG_CATALOG__S3TABLES__URI"] == f"https://s3tables.{REGION}.amazonaws.com/iceberg"
     env["PYICEBERG_CATALOG__S3TABLES__URI"] = uri
     # when it opens the catalog, loads the source table and creates a consumer's results table
-    done = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     # then it is pyiceberg's REST catalog, which asked for the table bucket's configuration first

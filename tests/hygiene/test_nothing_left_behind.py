@@ -91,8 +91,9 @@ def _wait_for(job: JobProcess, mark: str, phase: str, timeout: float = 300) -> d
             return _started(now)
         names |= {line.split(" ")[1] for line in now.values()}
         if job.proc.poll() is not None:
-            raise AssertionError(f"the job ended before its {phase} was up (seen: {sorted(names)}): "
-                                 f"{job.output()[-3000:]}")  # fmt: skip
+            raise AssertionError(
+                f"the job ended before its {phase} was up (seen: {sorted(names)}): {job.output()[-3000:]}"
+            )
         time.sleep(0.1)
     raise AssertionError(f"no {phase} in {timeout} s (seen: {sorted(names)}): {job.output()[-3000:]}")
 

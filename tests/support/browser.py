@@ -9,9 +9,16 @@ from pathlib import Path
 import pytest
 
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
 
 
 def chromium() -> str:
@@ -25,9 +32,18 @@ def screenshot(page: Path, png: Path, *, width: int = 960, height: int = 1400) -
     """Render ``page`` (a local file) and save what a reader would see; offline, a fresh profile."""
     profile = png.parent / f"{png.stem}-profile"
     done = subprocess.run(
-        [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
-         f"--screenshot={png}", page.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            chromium(),
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            f"--screenshot={png}",
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0 and png.is_file(), f"chromium could not render {page}: {done.stderr[-2000:]}"
     return png

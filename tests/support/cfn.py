@@ -28,8 +28,25 @@ def _tag(name: str) -> Any:
     return construct
 
 
-for _name in ("Ref", "Sub", "GetAtt", "Join", "If", "Equals", "Not", "And", "Or", "Select", "Split", "FindInMap",
-              "ImportValue", "Base64", "Condition", "GetAZs", "Cidr"):  # fmt: skip
+for _name in (
+    "Ref",
+    "Sub",
+    "GetAtt",
+    "Join",
+    "If",
+    "Equals",
+    "Not",
+    "And",
+    "Or",
+    "Select",
+    "Split",
+    "FindInMap",
+    "ImportValue",
+    "Base64",
+    "Condition",
+    "GetAZs",
+    "Cidr",
+):
     _Loader.add_constructor(f"!{_name}", _tag(_name))
 
 

@@ -69,13 +69,17 @@ def _commit_history(table: Table, snapshots: list[Snapshot]) -> None:
     last = snapshots[-1]
     update: dict = {
         "snapshots": [*meta.snapshots, *snapshots],
-        "snapshot_log": [*meta.snapshot_log, *(SnapshotLogEntry(snapshot_id=s.snapshot_id,
-                                                                 timestamp_ms=s.timestamp_ms) for s in snapshots)],
-        "refs": {**meta.refs, MAIN_BRANCH: SnapshotRef(snapshot_id=last.snapshot_id,
-                                                       snapshot_ref_type=SnapshotRefType.BRANCH)},
+        "snapshot_log": [
+            *meta.snapshot_log,
+            *(SnapshotLogEntry(snapshot_id=s.snapshot_id, timestamp_ms=s.timestamp_ms) for s in snapshots),
+        ],
+        "refs": {
+            **meta.refs,
+            MAIN_BRANCH: SnapshotRef(snapshot_id=last.snapshot_id, snapshot_ref_type=SnapshotRefType.BRANCH),
+        },
         "current_snapshot_id": last.snapshot_id,
         "last_updated_ms": last.timestamp_ms,
-    }  # fmt: skip
+    }
     if meta.format_version >= 2:
         update["last_sequence_number"] = last.sequence_number
     _register(table, meta.model_copy(update=update))
@@ -156,8 +160,9 @@ def upsert_with_equality_deletes(table: Table, rows: pa.Table, key: str, *, dele
     field = table.schema().find_field(key)
     key_field = pa.field(key, rows.schema.field(key).type, metadata={"PARQUET:field_id": str(field.field_id)})
     keys = pa.table({key: rows.column(key)}).cast(pa.schema([key_field]))
-    delete_file = _delete_file(table, keys, DataFileContent.EQUALITY_DELETES, equality_ids=[field.field_id],
-                               file_format=delete_format)  # fmt: skip
+    delete_file = _delete_file(
+        table, keys, DataFileContent.EQUALITY_DELETES, equality_ids=[field.field_id], file_format=delete_format
+    )
     if rows.column_names == [key]:
         return commit_delete_files(table, [delete_file], Operation.DELETE)
     data = list(_dataframe_to_data_files(table.metadata, rows.cast(table.schema().as_arrow()), table.io))
@@ -196,9 +201,13 @@ def _delete_file(
 
 
 def commit_delete_files(
-    table: Table, delete_files: list[Any], operation: Operation, data: list[Any] | None = None, *,
+    table: Table,
+    delete_files: list[Any],
+    operation: Operation,
+    data: list[Any] | None = None,
+    *,
     manifest_version: int = 2,
-) -> int:  # fmt: skip
+) -> int:
     """One snapshot (through pyiceberg's own producer) adding ``data`` files and a delete manifest of the delete files
     (written in the manifest format ``manifest_version``: 3 for a v3 table's deletion vectors)."""
     from pyiceberg.manifest import (
@@ -222,20 +231,24 @@ def commit_delete_files(
             return {**super()._meta, "content": "deletes"}
 
     kind = "equality" if delete_files[0].content == DataFileContent.EQUALITY_DELETES else "position"
-    properties = {"added-delete-files": str(len(delete_files)),
-                  f"added-{kind}-deletes": str(sum(f.record_count for f in delete_files))}  # fmt: skip
+    properties = {
+        "added-delete-files": str(len(delete_files)),
+        f"added-{kind}-deletes": str(sum(f.record_count for f in delete_files)),
+    }
     with table.transaction() as txn, txn.update_snapshot(snapshot_properties=properties).fast_append() as producer:
         producer._operation = operation
         for data_file in data or []:
             producer.append_data_file(data_file)
 
         def with_the_delete_manifest(manifests: list) -> list:  # type: ignore[type-arg]
-            writer = DeleteManifestWriter(table.spec(), table.schema(), producer.new_manifest_output(),
-                                          producer._snapshot_id, "deflate")  # fmt: skip
+            writer = DeleteManifestWriter(
+                table.spec(), table.schema(), producer.new_manifest_output(), producer._snapshot_id, "deflate"
+            )
             with writer:
                 for delete_file in delete_files:
-                    entry = ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=producer._snapshot_id,
-                                                    data_file=delete_file)  # fmt: skip
+                    entry = ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED, snapshot_id=producer._snapshot_id, data_file=delete_file
+                    )
                     writer.add(entry)
             return [*manifests, writer.to_manifest_file()]
 

@@ -70,9 +70,17 @@ def add_deletion_vectors(table: Table, deletes: dict[str, list[int]]) -> int:
     for data_file, positions in sorted(deletes.items()):
         blob = _deletion_vector(positions)
         properties = {"referenced-data-file": data_file, "cardinality": str(len(set(positions)))}
-        blobs.append({"type": "deletion-vector-v1", "fields": [ROW_POSITION_FIELD_ID], "snapshot-id": -1,
-                      "sequence-number": -1, "offset": len(content), "length": len(blob),
-                      "properties": properties})  # fmt: skip
+        blobs.append(
+            {
+                "type": "deletion-vector-v1",
+                "fields": [ROW_POSITION_FIELD_ID],
+                "snapshot-id": -1,
+                "sequence-number": -1,
+                "offset": len(content),
+                "length": len(blob),
+                "properties": properties,
+            }
+        )
         content += blob
     footer = json.dumps({"blobs": blobs}).encode()
     content += PUFFIN_MAGIC + footer + len(footer).to_bytes(4, "little") + bytes(4) + PUFFIN_MAGIC

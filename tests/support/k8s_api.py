@@ -239,9 +239,10 @@ class RayJobApi:
             if method == "GET" and name is None:
                 selector = query.get("labelSelector", [""])[0]
                 items = [
-                    o for (ns, _), o in sorted(self.objects.items())
+                    o
+                    for (ns, _), o in sorted(self.objects.items())
                     if ns == namespace and _matches(o["metadata"].get("labels", {}), selector)
-                ]  # fmt: skip
+                ]
                 return 200, {"apiVersion": "ray.io/v1", "kind": "RayJobList", "metadata": {}, "items": items}
             if method == "POST" and name is None:
                 return self._create(namespace, body, query)

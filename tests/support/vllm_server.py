@@ -28,12 +28,25 @@ def vllm_openai_server(model: Path, env: dict[str, str], log: Path, timeout: flo
     port = free_port()
     dtype = engine_dtype("auto", "cpu", native_bf16=cpu_has_native_bf16())  # as the job's engine on this CPU
     cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", "tiny",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--max-model-len", "2048", "--enforce-eager", "--dtype", dtype,
-        "--structured-outputs-config", '{"backend": "guidance", "disable_any_whitespace": true}',
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--dtype",
+        dtype,
+        "--structured-outputs-config",
+        '{"backend": "guidance", "disable_any_whitespace": true}',
+    ]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env})
     base = f"http://127.0.0.1:{port}"

@@ -30,8 +30,9 @@ print(bool(mask.value >> 18 & 1))  # XFEATURE_XTILEDATA
 
 def _permitted(step: str) -> bool:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "functions"), str(ROOT / "jobimage")])}
-    done = subprocess.run([sys.executable, "-c", PERMITTED, step], capture_output=True, text=True, env=env,
-                          timeout=60, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PERMITTED, step], capture_output=True, text=True, env=env, timeout=60, check=True
+    )
     return done.stdout.strip() == "True"
 
 

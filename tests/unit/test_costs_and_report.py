@@ -86,8 +86,9 @@ def test_the_report_and_subject_use_the_consumers_word_for_a_row() -> None:
     # then the report and the SNS subject say tickets, and nothing else does
     assert "new tickets           : 2200" in completed_text(event)
     assert subject(event) == "icebatch triage: 2,200 tickets, $0.0537 (10 not ok)"
-    assert "ticket" not in completed_text(_completed(source_table="shop.reviews", results_table="shop.r_results",
-                                                     results_location="shop.r_results@42"))  # fmt: skip
+    assert "ticket" not in completed_text(
+        _completed(source_table="shop.reviews", results_table="shop.r_results", results_location="shop.r_results@42")
+    )
 
 
 def test_generation_rate_counts_every_token_from_the_first_one() -> None:
@@ -167,9 +168,20 @@ def test_the_report_prices_the_runs_tokens_at_each_batch_api_and_says_which_was_
 
 @pytest.mark.parametrize(
     "spec",
-    ["", "gpt=1", "gpt=1/", "gpt=-1/2", "gpt=1e3/2", "gpt=1/2;", " gpt=1/2", "gpt=10000/1", "a b=1/2",
-     ";".join(f"m{i}=1/1" for i in range(11)), "OFF"],
-)  # fmt: skip
+    [
+        "",
+        "gpt=1",
+        "gpt=1/",
+        "gpt=-1/2",
+        "gpt=1e3/2",
+        "gpt=1/2;",
+        " gpt=1/2",
+        "gpt=10000/1",
+        "a b=1/2",
+        ";".join(f"m{i}=1/1" for i in range(11)),
+        "OFF",
+    ],
+)
 def test_a_price_list_it_cannot_read_is_refused_with_the_form_it_takes(spec: str) -> None:
     from icebatch.core.batch_prices import parse_prices
 
@@ -194,9 +206,15 @@ def test_a_failed_attempts_cost_bills_its_nodes_idle_tail_on_kuberay_as_runs_do(
     # given a failed attempt of 60 s whose event recorded no rate (the deployment's applies), on each backend
     settings = Settings(backend=backend, job_ttl_seconds=300, karpenter_consolidate_seconds=60)
     attempt = BatchJobFailed(
-        consumer="triage", source_table="support.tickets", reason="OOM", error_type="E", stage="inference",
-        retryable=True, failed_at=datetime.now(UTC), job_seconds=60.0,
-    )  # fmt: skip
+        consumer="triage",
+        source_table="support.tickets",
+        reason="OOM",
+        error_type="E",
+        stage="inference",
+        retryable=True,
+        failed_at=datetime.now(UTC),
+        job_seconds=60.0,
+    )
     # when its own cost is figured, then it is its lifetime plus, on kuberay, the node's TTL and consolidation
     rate = settings.billing().usd_per_hour
     assert _attempt_cost(attempt, settings) == pytest.approx(rate * (60 + tail) / 3600)
@@ -227,7 +245,7 @@ def test_the_json_report_holds_every_figure_the_text_report_shows() -> None:
         ("$ per 1M output tok", "usd_per_1m_output_tokens"),
         ("$ per 1M tokens", "usd_per_1m_tokens"),
     ):
-        assert money(cost[key]) in lines[label], (label, cost[key], lines[label])  # fmt: skip
+        assert money(cost[key]) in lines[label], (label, cost[key], lines[label])
     # and each batch API's price in the text is the JSON's
     assert data["batch_api_usd"]
     for name, usd in data["batch_api_usd"].items():

@@ -30,6 +30,12 @@ def test_a_failed_engine_test_reports_its_cpu(tmp_path: Path) -> None:
     (tmp_path / "test_red.py").write_text("def test_red():\n    assert False\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "functions"), str(ROOT / "jobimage")])}
     # when it runs, then its failure report has a CPU section naming this machine's CPU
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1 and "CPU" in done.stdout and cpu_summary() in done.stdout, done.stdout[-2000:]

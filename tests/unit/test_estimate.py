@@ -14,9 +14,15 @@ CONSUMER = triage()
 
 
 def run(version: int = 1, *, rows: int = 1000, engine: float = 50, startup: float = 20, job: float = 70) -> RunRecord:
-    props = {Key.ROWS: str(rows), Key.ENGINE_SECONDS: str(engine), Key.ENGINE_STARTUP_SECONDS: str(startup),
-             Key.JOB_SECONDS: str(job), Key.GPUS: "1", Key.INPUT_TOKENS: str(rows * 300),
-             Key.OUTPUT_TOKENS: str(rows * 60)}  # fmt: skip
+    props = {
+        Key.ROWS: str(rows),
+        Key.ENGINE_SECONDS: str(engine),
+        Key.ENGINE_STARTUP_SECONDS: str(startup),
+        Key.JOB_SECONDS: str(job),
+        Key.GPUS: "1",
+        Key.INPUT_TOKENS: str(rows * 300),
+        Key.OUTPUT_TOKENS: str(rows * 60),
+    }
     return RunRecord("r", 1, 0, None, 1, CONSUMER.task.name, version, props)
 
 

@@ -31,10 +31,19 @@ GOOD = '{"sentiment":"negative","urgency":"high","category":"billing","summary":
 def _engine_row(i: int, **kw: object) -> dict:
     """One row as the vLLM stage hands it on: our columns, its outputs, the prompt's token ids."""
     return {
-        SOURCE_ID: f"t-{i}", SOURCE_FILE: "s3://w/data/f.parquet", SOURCE_POS: i, TRUNCATED: False,
-        EMPTY_INPUT: False, TOKENIZED_PROMPT: [1, 2, 3], SAMPLING_PARAMS: {"max_tokens": 160},
-        GENERATED_TEXT: GOOD, NUM_INPUT_TOKENS: 3, NUM_GENERATED_TOKENS: 20, TIME_TAKEN_LLM: 0.5, **kw,
-    }  # fmt: skip
+        SOURCE_ID: f"t-{i}",
+        SOURCE_FILE: "s3://w/data/f.parquet",
+        SOURCE_POS: i,
+        TRUNCATED: False,
+        EMPTY_INPUT: False,
+        TOKENIZED_PROMPT: [1, 2, 3],
+        SAMPLING_PARAMS: {"max_tokens": 160},
+        GENERATED_TEXT: GOOD,
+        NUM_INPUT_TOKENS: 3,
+        NUM_GENERATED_TOKENS: 20,
+        TIME_TAKEN_LLM: 0.5,
+        **kw,
+    }
 
 
 def test_engine_outputs_in_the_processors_data_column_become_one_result_row_each() -> None:

@@ -71,8 +71,17 @@ def test_an_answer_to_an_empty_ticket_is_not_taken_as_labels() -> None:
 
     from icebatch_job.commit.results import STATUS_EMPTY, result_row
 
-    row = result_row(source_id=1, source_file="f", source_pos=0, run_id="r", task=TASK, processed_at=datetime.now(UTC),
-                     model="m", raw_output='{"sentiment": "positive"}', empty_input=True)  # fmt: skip
+    row = result_row(
+        source_id=1,
+        source_file="f",
+        source_pos=0,
+        run_id="r",
+        task=TASK,
+        processed_at=datetime.now(UTC),
+        model="m",
+        raw_output='{"sentiment": "positive"}',
+        empty_input=True,
+    )
     assert row["status"] == STATUS_EMPTY and row["raw_output"] and all(row[f] is None for f in TASK.label_fields)
 
 

@@ -229,9 +229,15 @@ def test_a_catalog_configured_the_pyiceberg_way_reaches_the_pod_without_its_cred
 ) -> None:
     # given the launcher's catalog is an S3 Tables REST catalog configured as pyiceberg users do, with a token
     s = S.with_overrides(catalog_type="pyiceberg", catalog_name="tables")
-    rest = {"TYPE": "rest", "URI": "https://s3tables.us-east-1.amazonaws.com/iceberg", "REST__SIGV4-ENABLED": "true",
-            "WAREHOUSE": "arn:aws:s3tables:us-east-1:111122223333:bucket/shop", "TOKEN": "t0k3n",
-            "CREDENTIAL": "id:secret", "S3__SECRET-ACCESS-KEY": "x"}  # fmt: skip
+    rest = {
+        "TYPE": "rest",
+        "URI": "https://s3tables.us-east-1.amazonaws.com/iceberg",
+        "REST__SIGV4-ENABLED": "true",
+        "WAREHOUSE": "arn:aws:s3tables:us-east-1:111122223333:bucket/shop",
+        "TOKEN": "t0k3n",
+        "CREDENTIAL": "id:secret",
+        "S3__SECRET-ACCESS-KEY": "x",
+    }
     for key, value in rest.items():
         monkeypatch.setenv(f"PYICEBERG_CATALOG__TABLES__{key}", value)
     monkeypatch.setenv("PYICEBERG_CATALOG__OTHER__URI", "https://elsewhere")

@@ -24,8 +24,14 @@ def _schema(*fields: tuple[str, object], identifier: tuple[int, ...] = ()) -> Sc
 
 def test_the_identifier_field_is_the_id_and_the_text_columns_are_the_prompts() -> None:
     # given a table whose identifier field is `sku`, with an `order_id` column too
-    schema = _schema(("order_id", StringType()), ("sku", LongType()), ("title", StringType()),
-                     ("qty", IntegerType()), ("note", StringType()), identifier=(2,))  # fmt: skip
+    schema = _schema(
+        ("order_id", StringType()),
+        ("sku", LongType()),
+        ("title", StringType()),
+        ("qty", IntegerType()),
+        ("note", StringType()),
+        identifier=(2,),
+    )
     # when a consumer is proposed for it
     made = scaffold(schema, "shop.items", "tags")
     # then its id is the identifier field, its prompt reads the text columns, and the task file is a valid task

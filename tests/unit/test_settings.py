@@ -39,9 +39,14 @@ def test_environment_values_are_typed_and_validated_by_section() -> None:
 def test_what_the_launcher_writes_for_a_job_reads_back_the_same() -> None:
     # given settings with every kind of value changed from its default (floats in exponent form included)
     s = Settings().with_overrides(
-        kv_cache_gib=1e-05, gpu_hourly_rate=999.5, chunk_seconds=0.5, enforce_eager=False, structured_output=False,
-        batch_size=7, max_model_len=4096,
-    )  # fmt: skip
+        kv_cache_gib=1e-05,
+        gpu_hourly_rate=999.5,
+        chunk_seconds=0.5,
+        enforce_eager=False,
+        structured_output=False,
+        batch_size=7,
+        max_model_len=4096,
+    )
     # when they travel as a job's environment variables (a RayJob's pod), then they read back equal
     back = Settings.from_env(s.job_environment())
     assert [getattr(back, name) for name in JOB_SECTIONS] == [getattr(s, name) for name in JOB_SECTIONS]

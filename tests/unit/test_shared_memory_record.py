@@ -49,8 +49,9 @@ def test_a_record_is_swept_once_no_process_holds_it_and_never_before(tmp_path: P
     name = f"psm_test_{uuid.uuid4().hex[:8]}"
     (SHM / name).write_bytes(b"x")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    job = subprocess.Popen([sys.executable, "-c", _RECORDER, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True, env=env)  # fmt: skip
+    job = subprocess.Popen(
+        [sys.executable, "-c", _RECORDER, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert job.stdout is not None
         record = Path(job.stdout.readline().strip())

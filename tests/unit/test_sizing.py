@@ -12,13 +12,31 @@ from icebatch.core.sizing import decoder_parameters, gpu_memory_problem, model_s
 pytestmark = pytest.mark.unit
 
 # the published config.json of each (only the fields the arithmetic reads, and their dtype)
-LLAMA_31_8B = {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 128256, "intermediate_size": 14336,
-               "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False,
-               "torch_dtype": "bfloat16"}  # fmt: skip
-LLAMA_31_70B = {**LLAMA_31_8B, "hidden_size": 8192, "num_hidden_layers": 80, "intermediate_size": 28672,
-                "num_attention_heads": 64}  # fmt: skip
-LLAMA_32_1B = {**LLAMA_31_8B, "hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 8192,
-               "head_dim": 64, "tie_word_embeddings": True}  # fmt: skip
+LLAMA_31_8B = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+LLAMA_31_70B = {
+    **LLAMA_31_8B,
+    "hidden_size": 8192,
+    "num_hidden_layers": 80,
+    "intermediate_size": 28672,
+    "num_attention_heads": 64,
+}
+LLAMA_32_1B = {
+    **LLAMA_31_8B,
+    "hidden_size": 2048,
+    "num_hidden_layers": 16,
+    "intermediate_size": 8192,
+    "head_dim": 64,
+    "tie_word_embeddings": True,
+}
 KUBERAY = Settings(backend="kuberay", eks_cluster="prod", model_source="s3://models/m/")
 
 
@@ -64,6 +82,7 @@ def test_an_8b_model_fits_the_default_worker_and_a_70b_one_is_refused_with_the_w
     assert "70.6 B parameters x 2 bytes = 131.4 GiB" in problem and "g6.xlarge's L4" in problem
     assert "ICEBATCH_GPU_INSTANCE_TYPES" in problem and "ICEBATCH_TENSOR_PARALLEL_SIZE" in problem
     # and the same 70B model over four L40S (tensor parallelism) fits
-    four_l40s = KUBERAY.with_overrides(tensor_parallel_size=4, gpu_instance_types=["g6e.12xlarge"],
-                                       worker_memory="64Gi", worker_cpu="8")  # fmt: skip
+    four_l40s = KUBERAY.with_overrides(
+        tensor_parallel_size=4, gpu_instance_types=["g6e.12xlarge"], worker_memory="64Gi", worker_cpu="8"
+    )
     assert gpu_memory_problem(four_l40s, seventy, "s3://models/llama-3.1-70b/") is None

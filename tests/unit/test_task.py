@@ -60,9 +60,15 @@ def test_result_rows_keep_status_and_raw_text() -> None:
     )
     assert (ok["status"], ok["category"], ok["error"]) == (STATUS_OK, "other", None)
     bad = result_row(
-        source_id="T-2", source_file="f.parquet", source_pos=1, run_id="r", task=TASK, processed_at=None, model="m",
+        source_id="T-2",
+        source_file="f.parquet",
+        source_pos=1,
+        run_id="r",
+        task=TASK,
+        processed_at=None,
+        model="m",
         raw_output='{"senti',
-    )  # fmt: skip
+    )
     assert (bad["status"], bad["category"], bad["raw_output"]) == (STATUS_INVALID, None, '{"senti')
     err = result_row(
         source_id="T-3",

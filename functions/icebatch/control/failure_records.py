@@ -106,8 +106,10 @@ def recorded_failures(
             log.warning(
                 "the failed attempts of %s on record at %s were not read (%s): the listing shows the ledger's runs; "
                 "reading them needs s3:ListBucket on the bucket and s3:GetObject on the prefix",
-                consumer, f"s3://{records.bucket}/{folder}", summarize(str(e), 300),
-            )  # fmt: skip
+                consumer,
+                f"s3://{records.bucket}/{folder}",
+                summarize(str(e), 300),
+            )
 
 
 def _keys(s3: Any, bucket: str, folder: str, start: str) -> Iterator[str]:

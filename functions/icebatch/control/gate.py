@@ -149,15 +149,19 @@ def _blocked(g: GateInput) -> GateResult | None:
 def _why_no_new_rows(g: GateInput) -> str:
     """A run over rows deleted or rewritten since the watermark, none added."""
     if g.deferred:
-        return (f"{g.rewritten} rewritten rows since the watermark: the range's last attempt (no model) found rows "
-                "whose content changed; this one has the model")  # fmt: skip
+        return (
+            f"{g.rewritten} rewritten rows since the watermark: the range's last attempt (no model) found rows "
+            "whose content changed; this one has the model"
+        )
     if not g.rewritten:
         return f"{g.removals} deleted rows since the watermark: their verdicts removed (no model, no GPU)"
     later = "(no model, no GPU; should some have changed, the range's next attempt has the model)"
     if not g.removals:
         return f"{g.rewritten} rows rewritten (copy-on-write) since the watermark: matched by content {later}"
-    return (f"{g.removals} deleted and {g.rewritten} rewritten (copy-on-write) rows since the watermark: verdicts of "
-            f"deleted rows removed, rewritten rows matched by content {later}")  # fmt: skip
+    return (
+        f"{g.removals} deleted and {g.rewritten} rewritten (copy-on-write) rows since the watermark: verdicts of "
+        f"deleted rows removed, rewritten rows matched by content {later}"
+    )
 
 
 def _why_launch(g: GateInput) -> str | None:

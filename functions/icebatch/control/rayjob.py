@@ -84,12 +84,19 @@ class JobSpec:
 
     def entrypoint(self) -> list[str]:
         return [
-            "python", "-m", "icebatch_job", "run",
-            "--run-id", self.run_id,
-            "--from-snapshot", "none" if self.from_snapshot is None else str(self.from_snapshot),
-            "--to-snapshot", str(self.to_snapshot),
-            "--rayjob-name", self.name,
-        ]  # fmt: skip
+            "python",
+            "-m",
+            "icebatch_job",
+            "run",
+            "--run-id",
+            self.run_id,
+            "--from-snapshot",
+            "none" if self.from_snapshot is None else str(self.from_snapshot),
+            "--to-snapshot",
+            str(self.to_snapshot),
+            "--rayjob-name",
+            self.name,
+        ]
 
 
 def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dict[str, str]]:
@@ -97,9 +104,11 @@ def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dic
     # a run given no GPU worker (``gpus`` 0: rows deleted or rewritten, none added) starts no engine
     # (``job_engine`` off: rows that need the model are left to the range's next attempt); the concurrency floor is one
     env = settings.job_environment(
-        home=home, concurrency=max(spec.gpus, 1), job_consumer=spec.consumer.to_json(),
+        home=home,
+        concurrency=max(spec.gpus, 1),
+        job_consumer=spec.consumer.to_json(),
         job_engine=None if spec.gpus else "off",
-    )  # fmt: skip
+    )
     env.update(settings.pyiceberg_catalog_environment())  # the catalog as pyiceberg configures it (no credentials)
     return [{"name": k, "value": v} for k, v in env.items()]
 

@@ -158,8 +158,12 @@ class Reconciler:
             if run_id is None or ledger.find_run(run_id) is None:
                 winner = covered_by(ledger, job, consumer)
                 if winner is not None:
-                    log.info("job %s ended failed, but run %s completed its range from the same watermark: a race "
-                             "it lost, not reported as a failure", job.name, winner)  # fmt: skip
+                    log.info(
+                        "job %s ended failed, but run %s completed its range from the same watermark: a race "
+                        "it lost, not reported as a failure",
+                        job.name,
+                        winner,
+                    )
                 else:
                     self.publisher.publish(failure_event(job, consumer, self.settings, self.now, ledger.pending()))
                     self.summary.reported_failures.append(job.name)

@@ -128,8 +128,9 @@ def sns_message(report: CostReport) -> tuple[str, bool]:
     text, data, limit = report.text, report.data, 64 * 1024
     while True:
         machine = json.dumps(data, sort_keys=True)
-        message = json.dumps({"default": text, "email": text, "sqs": machine, "lambda": machine, "https": machine,
-                              "http": machine})  # fmt: skip
+        message = json.dumps(
+            {"default": text, "email": text, "sqs": machine, "lambda": machine, "https": machine, "http": machine}
+        )
         if len(message.encode()) <= SNS_BUDGET:
             return message, text is not report.text
         if limit < 256:  # nothing left to cut: the rest of the report is bounded by the contracts
@@ -157,10 +158,11 @@ class SnsNotifier(Notifier):
         if cut:
             log.warning("report of %s cut to fit SNS; full report follows\n%s", report.key, report.text)
         attributes = {
-            k: {"DataType": "Number", "StringValue": repr(v)} if isinstance(v, (int, float))
+            k: {"DataType": "Number", "StringValue": repr(v)}
+            if isinstance(v, (int, float))
             else {"DataType": "String", "StringValue": str(v)}
             for k, v in report.attributes.items()
-        }  # fmt: skip
+        }
         try:
             response = self.client.publish(
                 TopicArn=self.topic_arn,
@@ -228,8 +230,12 @@ def report_with(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]
 
     def report(event: dict[str, Any]) -> dict[str, Any]:
         detail = parse_detail(event)
-        built = build_report(detail, event_id=event["id"], prices=settings.cost.batch_prices(),
-                             last_runs=read_last_runs(settings, detail))  # fmt: skip
+        built = build_report(
+            detail,
+            event_id=event["id"],
+            prices=settings.cost.batch_prices(),
+            last_runs=read_last_runs(settings, detail),
+        )
         recorded = put_on_record(settings, detail, event["id"]) if isinstance(detail, BatchJobFailed) else None
         return {
             "status": "reported",
@@ -275,7 +281,10 @@ def put_on_record(settings: Settings, detail: BatchJobFailed, event_id: str) -> 
         raise
     except Exception as e:
         reason = summarize(str(e), 300)
-        log.error("the failure of %s was not put on record (%s): the report goes out, but `icebatch runs` will not "
-                  "list this attempt; the reporter's role needs s3:PutObject on the records' prefix",
-                  detail.run_id or event_id, reason)  # fmt: skip
+        log.error(
+            "the failure of %s was not put on record (%s): the report goes out, but `icebatch runs` will not "
+            "list this attempt; the reporter's role needs s3:PutObject on the records' prefix",
+            detail.run_id or event_id,
+            reason,
+        )
         return f"not recorded: {reason}"

@@ -140,8 +140,13 @@ def parse_trigger(event: Any) -> Trigger:
             )
         if source == EVENT_SOURCE and detail_type == BatchJobDeferred.detail_type:
             deferred = _validate(event, DeferredRunEvent, "Batch Job Deferred event").detail
-            return Trigger("append", "deferred", event_id=summarize(envelope.id, 64), consumer=deferred.consumer,
-                           ended_job=deferred.rayjob_name)  # fmt: skip
+            return Trigger(
+                "append",
+                "deferred",
+                event_id=summarize(envelope.id, 64),
+                consumer=deferred.consumer,
+                ended_job=deferred.rayjob_name,
+            )
         raise InvalidEventError(
             f"unsupported EventBridge event '{summarize(source)}' / '{summarize(detail_type)}': the launcher handles "
             "scheduled events, "

@@ -52,7 +52,10 @@ def failpoint(point: str) -> None:
     marker = _armed[2] / "failpoints" / f"{point}@{_hits[point]}"
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(str(os.getpid()))
-    print(f"icebatch: failpoint {point}@{_hits[point]} reached (pid {os.getpid()}); waiting to be killed",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"icebatch: failpoint {point}@{_hits[point]} reached (pid {os.getpid()}); waiting to be killed",
+        file=sys.stderr,
+        flush=True,
+    )
     while True:
         time.sleep(0.05)

@@ -39,12 +39,17 @@ def past_runs(records: Sequence[RunRecord], settings: Settings, *, this_run: str
         totals = r.totals(billing)
         cost = run_cost(totals, settings).lifetime_cost
         ended = datetime.fromtimestamp(r.committed_at_ms / 1000, UTC).isoformat(timespec="seconds")
-        out.append(PastRun(
-            run_id=r.run_id, ended_at=ended,
-            task_version=r.task_version, rows=totals.rows, cost_usd=round(cost, 6),
-            usd_per_1k_rows=round(cost / totals.rows * 1000, 6) if totals.rows else None,
-            closed=r.closed_reason is not None,
-        ))  # fmt: skip
+        out.append(
+            PastRun(
+                run_id=r.run_id,
+                ended_at=ended,
+                task_version=r.task_version,
+                rows=totals.rows,
+                cost_usd=round(cost, 6),
+                usd_per_1k_rows=round(cost / totals.rows * 1000, 6) if totals.rows else None,
+                closed=r.closed_reason is not None,
+            )
+        )
     return out
 
 
@@ -58,13 +63,17 @@ def last_runs_text(runs: Sequence[PastRun], *, this_usd_per_1k_rows: float | Non
     for r in runs:
         per_1k = "-" if r.usd_per_1k_rows is None else f"${r.usd_per_1k_rows:,.4f}/1k"
         note = " (closed part way)" if r.closed else ""
-        lines.append(f"{r.ended_at[:16].replace('T', ' ')}  v{r.task_version}  {r.rows:>9,} {noun}  "
-                     f"${r.cost_usd:,.4f}  {per_1k}{note}")  # fmt: skip
+        lines.append(
+            f"{r.ended_at[:16].replace('T', ' ')}  v{r.task_version}  {r.rows:>9,} {noun}  "
+            f"${r.cost_usd:,.4f}  {per_1k}{note}"
+        )
     priced = [r.usd_per_1k_rows for r in runs if r.usd_per_1k_rows is not None]
     if priced and this_usd_per_1k_rows is not None:
         median = statistics.median(priced)
         ratio = this_usd_per_1k_rows / median if median else None
         than = f" ({ratio:.2f}x)" if ratio is not None else ""
-        lines.append(f"this run: ${this_usd_per_1k_rows:,.4f} per 1k {noun}; the last {len(priced)} runs' median "
-                     f"${median:,.4f}{than}")  # fmt: skip
+        lines.append(
+            f"this run: ${this_usd_per_1k_rows:,.4f} per 1k {noun}; the last {len(priced)} runs' median "
+            f"${median:,.4f}{than}"
+        )
     return "\n".join(lines)

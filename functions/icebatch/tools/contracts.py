@@ -57,11 +57,18 @@ def config_file_schemas() -> dict[str, dict[str, Any]]:
     from icebatch.core.consumers import consumers_file_schema
     from icebatch.core.task import TaskSpec
 
-    schemas = {"task": (TaskSpec.model_json_schema(), "icebatch task"),
-               "consumers": (consumers_file_schema(), "icebatch consumers file")}  # fmt: skip
+    schemas = {
+        "task": (TaskSpec.model_json_schema(), "icebatch task"),
+        "consumers": (consumers_file_schema(), "icebatch consumers file"),
+    }
     for name, (schema, title) in schemas.items():
-        schema.update({"$schema": "https://json-schema.org/draft/2020-12/schema",
-                       "$id": f"https://icebatch.dev/schemas/{name}.schema.json", "title": title})  # fmt: skip
+        schema.update(
+            {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "$id": f"https://icebatch.dev/schemas/{name}.schema.json",
+                "title": title,
+            }
+        )
     task, consumers = schemas["task"][0], schemas["consumers"][0]
     return {"task.schema.json": task, "consumers.schema.json": consumers}
 

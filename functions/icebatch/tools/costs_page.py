@@ -40,13 +40,22 @@ def render(page: Page) -> str:
     """The page's HTML."""
     day_list = _days(page.since.date(), page.now.date())
     charts = [
-        _section("Spend per day (USD)", "dashed lines: each consumer's max_usd_per_day",
-                 _bars(page, day_list, lambda d: d.cost_usd, money=True, budgets=True)),
-        _section("Rows labelled per day", "rows of completed and closed runs, by the day they ended",
-                 _bars(page, day_list, lambda d: float(d.rows), money=False, budgets=False)),
-        _section("Backlog (rows not yet labelled)", "as each launcher decision saw it; dashed: the launch threshold",
-                 _backlog(page)),
-    ]  # fmt: skip
+        _section(
+            "Spend per day (USD)",
+            "dashed lines: each consumer's max_usd_per_day",
+            _bars(page, day_list, lambda d: d.cost_usd, money=True, budgets=True),
+        ),
+        _section(
+            "Rows labelled per day",
+            "rows of completed and closed runs, by the day they ended",
+            _bars(page, day_list, lambda d: float(d.rows), money=False, budgets=False),
+        ),
+        _section(
+            "Backlog (rows not yet labelled)",
+            "as each launcher decision saw it; dashed: the launch threshold",
+            _backlog(page),
+        ),
+    ]
     legend = "".join(
         f'<span class="key"><span class="swatch" style="background:{colour(page.consumers, c)}"></span>'
         f"{escape(c)}</span>"
@@ -96,8 +105,7 @@ def _frame(axis_max: float, ticks: list[float], money: bool) -> list[str]:
     return parts
 
 
-def _bars(page: Page, day_list: list[date], value: Callable[[DaySpend], float], *, money: bool,
-          budgets: bool) -> str:  # fmt: skip
+def _bars(page: Page, day_list: list[date], value: Callable[[DaySpend], float], *, money: bool, budgets: bool) -> str:
     by_key = {(d.day, d.consumer): value(d) for d in page.days}
     budget = {d.consumer: d.budget_usd for d in page.days if d.budget_usd is not None} if budgets else {}
     axis_max, ticks = _scale(max([*by_key.values(), *budget.values(), 0.0]))
@@ -107,21 +115,27 @@ def _bars(page: Page, day_list: list[date], value: Callable[[DaySpend], float], 
     for i, day in enumerate(day_list):
         x0 = LEFT + i * slot + slot * 0.1
         if len(day_list) <= 10 or i % max(1, len(day_list) // 8) == 0 or i == len(day_list) - 1:
-            parts.append(f'<text class="tick" x="{LEFT + (i + 0.5) * slot:.1f}" y="{HEIGHT - BOTTOM + 16}" '
-                         f'text-anchor="middle">{day:%m-%d}</text>')  # fmt: skip
+            parts.append(
+                f'<text class="tick" x="{LEFT + (i + 0.5) * slot:.1f}" y="{HEIGHT - BOTTOM + 16}" '
+                f'text-anchor="middle">{day:%m-%d}</text>'
+            )
         for j, name in enumerate(page.consumers):
             v = by_key.get((day.isoformat(), name), 0.0)
             if v <= 0:
                 continue
             y = min(_y(v, axis_max), HEIGHT - BOTTOM - 2)  # a day that spent something shows, however little
-            parts.append(f'<rect x="{x0 + j * bar:.1f}" y="{y:.1f}" width="{bar:.1f}" '
-                         f'height="{HEIGHT - BOTTOM - y:.1f}" fill="{colour(page.consumers, name)}">'
-                         f"<title>{escape(name)} {day}: {_label(v, money)}</title></rect>")  # fmt: skip
+            parts.append(
+                f'<rect x="{x0 + j * bar:.1f}" y="{y:.1f}" width="{bar:.1f}" '
+                f'height="{HEIGHT - BOTTOM - y:.1f}" fill="{colour(page.consumers, name)}">'
+                f"<title>{escape(name)} {day}: {_label(v, money)}</title></rect>"
+            )
     for name, b in budget.items():
         y = _y(b, axis_max)
-        parts.append(f'<line class="limit" x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" '
-                     f'stroke="{colour(page.consumers, name)}"><title>{escape(name)} budget per day: '
-                     f'{_label(b, True)}</title></line>')  # fmt: skip
+        parts.append(
+            f'<line class="limit" x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" '
+            f'stroke="{colour(page.consumers, name)}"><title>{escape(name)} budget per day: '
+            f"{_label(b, True)}</title></line>"
+        )
     return _svg(parts)
 
 
@@ -137,20 +151,27 @@ def _backlog(page: Page) -> str:
     parts = _frame(axis_max, ticks, False)
     for label_at, anchor in ((start, "start"), (start + (page.now - start) / 2, "middle"), (page.now, "end")):
         x = LEFT + (WIDTH - LEFT - RIGHT) * (label_at - start).total_seconds() / span
-        parts.append(f'<text class="tick" x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="{anchor}">'
-                     f"{label_at:%m-%d %H:%M}</text>")  # fmt: skip
+        parts.append(
+            f'<text class="tick" x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="{anchor}">'
+            f"{label_at:%m-%d %H:%M}</text>"
+        )
     for name in page.consumers:
         mine = [p for p in points if p.consumer == name]
         if not mine:
             continue
         c = colour(page.consumers, name)
-        xy = [(LEFT + (WIDTH - LEFT - RIGHT) * (p.at - start).total_seconds() / span, _y(p.rows, axis_max))
-              for p in mine]  # fmt: skip
-        parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="2.5" '
-                     f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}"/>')  # fmt: skip
+        xy = [
+            (LEFT + (WIDTH - LEFT - RIGHT) * (p.at - start).total_seconds() / span, _y(p.rows, axis_max)) for p in mine
+        ]
+        parts.append(
+            f'<polyline fill="none" stroke="{c}" stroke-width="2.5" '
+            f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}"/>'
+        )
         for (x, y), p in zip(xy, mine, strict=True):
-            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{c}"><title>{escape(name)} '
-                         f"{p.at:%Y-%m-%d %H:%M}: {p.rows:,} rows, {escape(p.decision)}</title></circle>")  # fmt: skip
+            parts.append(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{c}"><title>{escape(name)} '
+                f"{p.at:%Y-%m-%d %H:%M}: {p.rows:,} rows, {escape(p.decision)}</title></circle>"
+            )
         y = _y(mine[-1].threshold, axis_max)
         parts.append(f'<line class="limit" x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="{c}"/>')
     return _svg(parts)
@@ -170,8 +191,10 @@ def _table(page: Page) -> str:
         f"<td>{'-' if d.budget_usd is None else _label(d.budget_usd, True)}</td></tr>"
         for d in page.days
     )
-    return ("<table><thead><tr><th>day (UTC)</th><th>consumer</th><th>runs</th><th>failed attempts</th><th>rows</th>"
-            f"<th>spent</th><th>budget per day</th></tr></thead><tbody>{rows}</tbody></table>")  # fmt: skip
+    return (
+        "<table><thead><tr><th>day (UTC)</th><th>consumer</th><th>runs</th><th>failed attempts</th><th>rows</th>"
+        f"<th>spent</th><th>budget per day</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
 
 
 _TEMPLATE = """<!DOCTYPE html>

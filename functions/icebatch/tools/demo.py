@@ -87,9 +87,13 @@ class Demo:
         from icebatch.core.catalog import open_catalog
 
         table = ensure_source_table(open_catalog(self.settings), self.settings.catalog.source_table)
-        generate(table, tickets=tickets, batches=batches, seed=None,
-                 on_snapshot=lambda i, n, sid: self.out(f"    commit {i}/{batches}: {n} tickets -> snapshot {sid}"),
-                 )  # fmt: skip
+        generate(
+            table,
+            tickets=tickets,
+            batches=batches,
+            seed=None,
+            on_snapshot=lambda i, n, sid: self.out(f"    commit {i}/{batches}: {n} tickets -> snapshot {sid}"),
+        )
 
     def estimates(self, consumers: list[Consumer], settings: Settings | None = None) -> list[dict[str, Any]]:
         from icebatch.core.estimate import estimate_run
@@ -101,9 +105,11 @@ class Demo:
             ledger = open_ledger(s, c, control_plane=True)
             e = estimate_run(ledger.backlog().rows, c, ledger.runs(), s).to_dict()
             budget = c.budget.max_usd_per_run if c.budget else None
-            self.out(f"    {c.name} (v{c.task_version}): {e['rows']} rows, ~{e['output_tokens']:,} output tokens, "
-                     f"{e['gpu_hours']:.3f} GPU-hours, ${e['usd']:.4f} "
-                     f"(budget per run: {budget}; {e['basis']})")  # fmt: skip
+            self.out(
+                f"    {c.name} (v{c.task_version}): {e['rows']} rows, ~{e['output_tokens']:,} output tokens, "
+                f"{e['gpu_hours']:.3f} GPU-hours, ${e['usd']:.4f} "
+                f"(budget per run: {budget}; {e['basis']})"
+            )
             out.append(e)
         return out
 
@@ -188,8 +194,11 @@ def run_demo(settings: Settings, *, tickets: int = 300, batches: int = 5, out: C
     demo.tickets(tickets, batches)
     demo.step(3, f"the backlog of each consumer ({names}) and its estimate, from Iceberg metadata only")
     demo.estimates(demo.consumers)
-    demo.step(4, f"one launcher invocation with {SCHEDULE_EVENT.name}: the local backend runs each consumer's job "
-                 "here (progress on stderr, logs under jobs/), each completion event reaches the reporter")  # fmt: skip
+    demo.step(
+        4,
+        f"one launcher invocation with {SCHEDULE_EVENT.name}: the local backend runs each consumer's job "
+        "here (progress on stderr, logs under jobs/), each completion event reaches the reporter",
+    )
     first = demo.launch()
     demo.step(5, "the launcher again")
     second = demo.launch()

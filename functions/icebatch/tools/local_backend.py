@@ -139,8 +139,10 @@ class LocalBackend(JobBackend):
                 f.write(text + "\n")
 
         # the decision is printed when the launcher returns, after the job: say now what runs, and where it writes
-        console.phase(f"{spec.consumer.name}: job {spec.name} runs here now ({spec.backlog_rows:,} rows, attempt "
-                      f"{spec.attempt}); its console: {log_path}")  # fmt: skip
+        console.phase(
+            f"{spec.consumer.name}: job {spec.name} runs here now ({spec.backlog_rows:,} rows, attempt "
+            f"{spec.attempt}); its console: {log_path}"
+        )
         interrupts = _interrupts(settings)
         _import_ray_untagged()
         try:
@@ -291,8 +293,13 @@ def own_head(settings: Settings) -> str | None:
     if session is None:
         return None  # nothing answers: the head is gone
     if not session or not (settings.home / "ray" / session).is_dir():
-        log.warning("the Ray answering at %s is not this home's head (its session %s is not under %s): the head this "
-                    "home started is gone", address, session or "(none)", settings.home / "ray")  # fmt: skip
+        log.warning(
+            "the Ray answering at %s is not this home's head (its session %s is not under %s): the head this "
+            "home started is gone",
+            address,
+            session or "(none)",
+            settings.home / "ray",
+        )
         return None
     return address
 
@@ -334,16 +341,29 @@ def start_local_head(settings: Settings) -> str:
     # the head unable to accept jobs.
     ports = {
         name: _free_port()
-        for name in ("port", "dashboard-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-                     "metrics-export-port", "runtime-env-agent-port", "ray-client-server-port")
-    }  # fmt: skip
+        for name in (
+            "port",
+            "dashboard-port",
+            "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port",
+            "metrics-export-port",
+            "runtime-env-agent-port",
+            "ray-client-server-port",
+        )
+    }
     cmd = [
-        sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
-        "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+        sys.executable,
+        "-m",
+        "ray.scripts.scripts",
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
         *(f"--{name}={port}" for name, port in ports.items()),
-        f"--temp-dir={ray_temp_dir(settings)}", f"--num-cpus={max(4, 2 * (os.cpu_count() or 2))}",
+        f"--temp-dir={ray_temp_dir(settings)}",
+        f"--num-cpus={max(4, 2 * (os.cpu_count() or 2))}",
         "--disable-usage-stats",
-    ]  # fmt: skip
+    ]
     log.info("starting a local Ray head: %s", " ".join(cmd))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:

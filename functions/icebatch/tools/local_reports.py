@@ -42,8 +42,10 @@ class FileNotifier(Notifier):
         self.folder.mkdir(parents=True, exist_ok=True)
         stem = f"{report.key}.{report.status}"
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]{0,140}", stem) or ".." in stem:
-            raise PermanentError(f"report key {summarize(report.key, 40)!r} is not a file name (run ids are checked "
-                                 "by the event contracts; this one was not)")  # fmt: skip
+            raise PermanentError(
+                f"report key {summarize(report.key, 40)!r} is not a file name (run ids are checked "
+                "by the event contracts; this one was not)"
+            )
         (self.folder / f"{stem}.txt").write_text(f"Subject: {report.subject}\n\n{report.text}\n")
         (self.folder / f"{stem}.json").write_text(
             json.dumps({"subject": report.subject, "attributes": report.attributes, **report.data}, indent=2)

@@ -75,33 +75,67 @@ def ledger_rows(ledger: ResultsLedger, consumer: Consumer, settings: Settings) -
     if pending is not None:
         head = pending.head
         totals = head.totals(billing)
-        rows.insert(0, RunRow(
-            consumer=consumer.name, run_id=pending.run_id, status="in_progress", task_version=head.task_version,
-            started_at=totals.started_at or None, ended_at=None, seconds=pending.attempt_seconds,
-            rows=pending.rows_committed, rows_error=totals.rows_error, attempts=pending.attempts,
-            cost_usd=run_cost(totals, settings).lifetime_cost, from_snapshot=pending.from_snapshot_exclusive,
-            to_snapshot=pending.to_snapshot_inclusive,
-            note=f"{pending.rows_committed:,} of {pending.range_rows:,} rows committed in {pending.chunks} chunk(s)",
-        ))  # fmt: skip
+        rows.insert(
+            0,
+            RunRow(
+                consumer=consumer.name,
+                run_id=pending.run_id,
+                status="in_progress",
+                task_version=head.task_version,
+                started_at=totals.started_at or None,
+                ended_at=None,
+                seconds=pending.attempt_seconds,
+                rows=pending.rows_committed,
+                rows_error=totals.rows_error,
+                attempts=pending.attempts,
+                cost_usd=run_cost(totals, settings).lifetime_cost,
+                from_snapshot=pending.from_snapshot_exclusive,
+                to_snapshot=pending.to_snapshot_inclusive,
+                note=(
+                    f"{pending.rows_committed:,} of {pending.range_rows:,} rows committed in {pending.chunks} chunk(s)"
+                ),
+            ),
+        )
     return rows
 
 
 def _from_record(r: RunRecord, consumer: Consumer, settings: Settings) -> RunRow:
     if r.is_reset:
-        return RunRow(consumer.name, r.run_id, "reset", r.task_version, None, _iso(r.committed_at_ms), 0.0, 0, 0, 0,
-                      0.0, r.from_snapshot_exclusive, r.to_snapshot_inclusive or None,
-                      r.text(Key.RESET_REASON))  # fmt: skip
+        return RunRow(
+            consumer.name,
+            r.run_id,
+            "reset",
+            r.task_version,
+            None,
+            _iso(r.committed_at_ms),
+            0.0,
+            0,
+            0,
+            0,
+            0.0,
+            r.from_snapshot_exclusive,
+            r.to_snapshot_inclusive or None,
+            r.text(Key.RESET_REASON),
+        )
     totals = r.totals(settings.billing())
     closed = r.closed_reason
     status = "closed" if closed else "resumed" if totals.attempts > 1 else "completed"
     return RunRow(
-        consumer=consumer.name, run_id=r.run_id, status=status, task_version=r.task_version,
+        consumer=consumer.name,
+        run_id=r.run_id,
+        status=status,
+        task_version=r.task_version,
         started_at=totals.started_at or _iso(r.committed_at_ms - int(totals.job_seconds * 1000)),
-        ended_at=_iso(r.committed_at_ms), seconds=totals.job_seconds,
-        rows=totals.rows, rows_error=totals.rows_error, attempts=totals.attempts,
-        cost_usd=run_cost(totals, settings).lifetime_cost, from_snapshot=r.from_snapshot_exclusive,
-        to_snapshot=r.range_end if closed else r.to_snapshot_inclusive, note=closed or (r.corrupt or ""),
-    )  # fmt: skip
+        ended_at=_iso(r.committed_at_ms),
+        seconds=totals.job_seconds,
+        rows=totals.rows,
+        rows_error=totals.rows_error,
+        attempts=totals.attempts,
+        cost_usd=run_cost(totals, settings).lifetime_cost,
+        from_snapshot=r.from_snapshot_exclusive,
+        to_snapshot=r.range_end if closed else r.to_snapshot_inclusive,
+        note=closed or (r.corrupt or ""),
+    )
 
 
 def failed_attempts(failures: Iterable[BatchJobFailed], consumers: Iterable[str], settings: Settings) -> list[RunRow]:
@@ -115,15 +149,25 @@ def failed_attempts(failures: Iterable[BatchJobFailed], consumers: Iterable[str]
             continue
         seen.add(attempt)
         kind = {"JobInterrupted": "interrupted", "JobStalled": "stalled"}.get(detail.error_type, "failed")
-        rows.append(RunRow(
-            consumer=detail.consumer, run_id=detail.run_id or "-", status=kind, task_version=detail.task_version or 0,
-            started_at=detail.started_at.isoformat(timespec="milliseconds") if detail.started_at else None,
-            ended_at=detail.failed_at.isoformat(timespec="milliseconds"), seconds=detail.job_seconds or 0.0,
-            rows=detail.rows_processed, rows_error=0, attempts=1, cost_usd=_attempt_cost(detail, settings),
-            from_snapshot=detail.range.from_exclusive if detail.range else None,
-            to_snapshot=detail.range.to_inclusive if detail.range else None,
-            note=f"{detail.stage}: {detail.reason}"[:300], committed=detail.attempt_rows_committed > 0,
-        ))  # fmt: skip
+        rows.append(
+            RunRow(
+                consumer=detail.consumer,
+                run_id=detail.run_id or "-",
+                status=kind,
+                task_version=detail.task_version or 0,
+                started_at=detail.started_at.isoformat(timespec="milliseconds") if detail.started_at else None,
+                ended_at=detail.failed_at.isoformat(timespec="milliseconds"),
+                seconds=detail.job_seconds or 0.0,
+                rows=detail.rows_processed,
+                rows_error=0,
+                attempts=1,
+                cost_usd=_attempt_cost(detail, settings),
+                from_snapshot=detail.range.from_exclusive if detail.range else None,
+                to_snapshot=detail.range.to_inclusive if detail.range else None,
+                note=f"{detail.stage}: {detail.reason}"[:300],
+                committed=detail.attempt_rows_committed > 0,
+            )
+        )
     return rows
 
 
@@ -185,8 +229,15 @@ def spend_per_day(rows: Iterable[RunRow], consumers: list[Consumer], since: date
 
 def _day(day: str, consumer: str, rows: list[RunRow], budget: float | None) -> DaySpend:
     runs = [r for r in rows if r.status not in _FAILED]
-    return DaySpend(day, consumer, len(runs), len(rows) - len(runs), sum(r.rows for r in runs),
-                    sum(r.cost_usd for r in rows), budget)  # fmt: skip
+    return DaySpend(
+        day,
+        consumer,
+        len(runs),
+        len(rows) - len(runs),
+        sum(r.rows for r in runs),
+        sum(r.cost_usd for r in rows),
+        budget,
+    )
 
 
 _FAILED = ("failed", "interrupted", "stalled")

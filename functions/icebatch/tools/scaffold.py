@@ -40,8 +40,15 @@ class Scaffold:
     input_columns: tuple[str, ...]
 
 
-def scaffold(schema: Any, table: str, consumer: str, *, id_column: str | None = None,
-             input_columns: tuple[str, ...] = (), root: Path = Path()) -> Scaffold:  # fmt: skip
+def scaffold(
+    schema: Any,
+    table: str,
+    consumer: str,
+    *,
+    id_column: str | None = None,
+    input_columns: tuple[str, ...] = (),
+    root: Path = Path(),
+) -> Scaffold:
     """The two files for ``consumer`` of ``table`` (``schema``: its pyiceberg schema), to be written in ``root``."""
     from pyiceberg.types import IntegerType, LongType, StringType
 
@@ -56,8 +63,9 @@ def scaffold(schema: Any, table: str, consumer: str, *, id_column: str | None = 
     if unknown:
         raise ConfigError(f"{table} has no column {unknown[0]!r} (its columns: {', '.join(fields)})")
     if not inputs:
-        raise ConfigError(f"{table} has no text column besides {ident!r}: name the columns the prompt reads with "
-                          "--input-columns A,B")  # fmt: skip
+        raise ConfigError(
+            f"{table} has no text column besides {ident!r}: name the columns the prompt reads with --input-columns A,B"
+        )
     inputs = inputs[:MAX_INPUTS]
     task_path = f"tasks/{consumer}.yaml"
     consumers = _consumers(consumer, task_path, table, schema_ref("consumers.schema.json", root))
@@ -71,8 +79,9 @@ def _proposed_id(schema: Any, fields: dict[str, Any]) -> str:
     for name in fields:
         if name.lower() == "id" or name.lower().endswith("_id"):
             return name
-    raise ConfigError("no column looks like the row's id (no identifier field, no `id` or `*_id` column): name it "
-                      "with --id-column")  # fmt: skip
+    raise ConfigError(
+        "no column looks like the row's id (no identifier field, no `id` or `*_id` column): name it with --id-column"
+    )
 
 
 def _q(value: Any) -> str:

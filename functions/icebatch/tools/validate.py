@@ -109,8 +109,13 @@ def _ledger(ledger: ResultsLedger) -> str:
 def _identity(ledger: ResultsLedger, source: Table, watermark: Any) -> str:
     from icebatch.core.ledger.backlog import same_table
 
-    same_table(watermark.source_uuid, watermark.source_uuid_at, source.metadata, source_table=ledger.source_table,
-               consumer=ledger.consumer.name)  # fmt: skip
+    same_table(
+        watermark.source_uuid,
+        watermark.source_uuid_at,
+        source.metadata,
+        source_table=ledger.source_table,
+        consumer=ledger.consumer.name,
+    )
     return f"table {source.metadata.table_uuid} (format v{source.metadata.format_version})"
 
 

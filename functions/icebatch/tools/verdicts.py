@@ -110,14 +110,17 @@ def _parse(
     try:
         expression = parse(where)
     except Exception as e:  # pyparsing's ParseException, pyiceberg's ValueError for a bad literal
-        raise ConfigError(f"--where {where[:80]!r} does not parse: {str(e)[:200]} (e.g. \"status = 'ok' and "
-                          "stars <= 2\"; strings in single quotes)") from e  # fmt: skip
+        raise ConfigError(
+            f"--where {where[:80]!r} does not parse: {str(e)[:200]} (e.g. \"status = 'ok' and "
+            'stars <= 2"; strings in single quotes)'
+        ) from e
     by_task = {r.task_name: r for r in reads.columns}
     extra = [
-        source_schema.find_field(by_task[c].field_id).model_copy(update={"field_id": _FIRST_INPUT_FIELD_ID + i,
-                                                                         "name": name, "required": False})
+        source_schema.find_field(by_task[c].field_id).model_copy(
+            update={"field_id": _FIRST_INPUT_FIELD_ID + i, "name": name, "required": False}
+        )
         for i, (c, name) in enumerate(inputs.items())
-    ]  # fmt: skip
+    ]
     joined = Schema(*results_schema.fields, *extra)
     try:
         bind(results_schema, expression, case_sensitive=True)

@@ -248,9 +248,14 @@ class ChunkCommitter:
             delete, notes = self.finalize(fresh) if chunk.final and self.finalize else (None, {})
             try:
                 result = self.ledger.commit_chunk(
-                    self.plan, chunk, files, self.totals(stats, redone), expected_head=self.head, delete=delete,
+                    self.plan,
+                    chunk,
+                    files,
+                    self.totals(stats, redone),
+                    expected_head=self.head,
+                    delete=delete,
                     notes=notes,
-                )  # fmt: skip
+                )
             except ProgressRaceError as race:
                 self.ledger.discard(files)
                 self._catch_up(race)
@@ -301,8 +306,12 @@ class ChunkCommitter:
         self.done.add_table(rows)
         self.stats.observe(rows)
         self.head, self.chunks = race.progress.head_snapshot_id, race.progress.pending.chunks
-        log.warning("run %s: another attempt committed up to chunk %d (%d rows); dropping the rows it holds",
-                    self.plan.run_id, self.chunks, len(self.done))  # fmt: skip
+        log.warning(
+            "run %s: another attempt committed up to chunk %d (%d rows); dropping the rows it holds",
+            self.plan.run_id,
+            self.chunks,
+            len(self.done),
+        )
 
     def _results_table(self) -> Table:
         if self.table is None:

@@ -90,9 +90,13 @@ def recorded_upper(record: str | None, family: str) -> Any:
 
 
 def judge(
-    table: Table, end: Snapshot, id_name: str, tasks: Iterable[FileScanTask], record: str | None,
+    table: Table,
+    end: Snapshot,
+    id_name: str,
+    tasks: Iterable[FileScanTask],
+    record: str | None,
     in_range: Callable[[Any], bool],
-) -> Verdict:  # fmt: skip
+) -> Verdict:
     """Whether the range's files (``tasks``) hold new ids only, against the ``record`` of the ids up to the watermark
     (read from the files live at ``end`` that the range did not add, ``in_range`` telling which, where not
     recorded), and the record its watermark commit makes."""

@@ -159,9 +159,16 @@ class Removals:
 
 
 def removals(
-    source: Table, to_snapshot: int, id_column: str, results: Table | None, run_id: str, task_version: int,
-    labelled: Iterable[str], *, keep_deleted: bool = False,
-) -> Removals:  # fmt: skip
+    source: Table,
+    to_snapshot: int,
+    id_column: str,
+    results: Table | None,
+    run_id: str,
+    task_version: int,
+    labelled: Iterable[str],
+    *,
+    keep_deleted: bool = False,
+) -> Removals:
     """The verdicts of ids not live in the source at ``to_snapshot`` (``id_column``: its name there; none when
     ``keep_deleted``, the consumer's ``on_delete: keep``), and those of this task version that this run's verdicts
     (``labelled``: ids of its rows not yet committed) supersede."""

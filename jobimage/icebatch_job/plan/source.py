@@ -103,9 +103,13 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
         selected_fields=tuple(to_source.get(c, c) for c in columns) if columns else ("*",),
     )
     span = range_snapshots(
-        table.metadata, plan.scan_from_exclusive, plan.to_snapshot_inclusive, from_sequence=plan.from_sequence_number,
-        first_run=plan.from_snapshot_exclusive is None, watermark=plan.from_snapshot_exclusive,
-    )  # fmt: skip
+        table.metadata,
+        plan.scan_from_exclusive,
+        plan.to_snapshot_inclusive,
+        from_sequence=plan.from_sequence_number,
+        first_run=plan.from_snapshot_exclusive is None,
+        watermark=plan.from_snapshot_exclusive,
+    )
     end = table.metadata.snapshot_by_id(plan.to_snapshot_inclusive)
     assert end is not None
     taken, manifests = _range_manifests(table, span, end)
@@ -114,13 +118,27 @@ def plan_range(table: Table, plan: RunPlan, columns: tuple[str, ...] | None = No
     content = tuple(columns) if columns else tuple(f.name for f in schema.fields)
     # a first run matches nothing, unless a run closed part way left verdicts of the range (``RunPlan.match_content``)
     deletes = plan.match_content or ((span.rewrites or span.past_sequence is not None) and not span.whole)
-    ids = judge(table, end, to_source.get(content[0], content[0]), tasks, plan.source_id_upper, taken) if columns \
-        else None  # fmt: skip
+    ids = (
+        judge(table, end, to_source.get(content[0], content[0]), tasks, plan.source_id_upper, taken)
+        if columns
+        else None
+    )
     # an append-only range whose ids are not all new by their bounds may repeat ids (a writer's retry), and a first
     # run's rows may repeat one another's: the job looks (``identity.repeats``)
     may_repeat = ids is not None and (span.whole or not ids.new_ids_only) and not deletes
-    return PlannedRange(tuple(tasks), schema, read_metadata(table.metadata), table.io, content, deletes, deleted,
-                        deletes, ids.record if ids else None, may_repeat, span.whole)  # fmt: skip
+    return PlannedRange(
+        tuple(tasks),
+        schema,
+        read_metadata(table.metadata),
+        table.io,
+        content,
+        deletes,
+        deleted,
+        deletes,
+        ids.record if ids else None,
+        may_repeat,
+        span.whole,
+    )
 
 
 def _range_manifests(table: Table, span: RangeSnapshots, end: Snapshot) -> tuple[Callable[[Any], bool], list[Any]]:

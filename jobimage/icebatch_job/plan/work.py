@@ -112,9 +112,13 @@ def repeats(planned: PlannedRange, results: Table | None, task_version: int, run
 
 
 def last_commit(
-    ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Table, work: Work,
+    ledger: ResultsLedger,
+    plan: RunPlan,
+    task: TaskSpec,
+    source: Table,
+    work: Work,
     out: Callable[[str], None] = log.info,
-) -> LastCommit | None:  # fmt: skip
+) -> LastCommit | None:
     """What the commit that moves the watermark removes and records: over a range matched by content, the verdicts
     of ids gone from the source (where rows may have been deleted) and those this run's verdicts supersede; over
     every range, the upper bound of the source's ids (``plan.id_bounds``). None: nothing of either."""
@@ -128,13 +132,27 @@ def last_commit(
     keep_deleted = ledger.consumer.on_delete == "keep" or not work.planned.deletes
 
     def removing(rows: pa.Table) -> tuple[Any, dict[str, str]]:
-        found = removals(source, plan.to_snapshot_inclusive, id_column, ledger.results(), plan.run_id,
-                         plan.task_version, labelled_ids(rows), keep_deleted=keep_deleted)  # fmt: skip
+        found = removals(
+            source,
+            plan.to_snapshot_inclusive,
+            id_column,
+            ledger.results(),
+            plan.run_id,
+            plan.task_version,
+            labelled_ids(rows),
+            keep_deleted=keep_deleted,
+        )
         if found.count:
-            out(f"removing {len(found.gone):,} verdicts of rows deleted from the source and "
-                f"{len(found.superseded):,} superseded by this run's")  # fmt: skip
-        notes = {Key.ROWS_UNCHANGED: str(work.unchanged), Key.VERDICTS_GONE: str(len(found.gone)),
-                 Key.VERDICTS_SUPERSEDED: str(len(found.superseded)), **ids}  # fmt: skip
+            out(
+                f"removing {len(found.gone):,} verdicts of rows deleted from the source and "
+                f"{len(found.superseded):,} superseded by this run's"
+            )
+        notes = {
+            Key.ROWS_UNCHANGED: str(work.unchanged),
+            Key.VERDICTS_GONE: str(len(found.gone)),
+            Key.VERDICTS_SUPERSEDED: str(len(found.superseded)),
+            **ids,
+        }
         return found.expression(plan.run_id, plan.task_version), notes
 
     return removing

@@ -90,8 +90,10 @@ class Interrupts:
             os._exit(EXIT_INTERRUPTED)
         self.signal = signum
         why = self.reason or f"signal {signum}"
-        _say(f"icebatch-job: {why}: committing the finished rows, then exiting (within {self.drain_seconds:g} s; a "
-             "second signal exits at once)")  # fmt: skip
+        _say(
+            f"icebatch-job: {why}: committing the finished rows, then exiting (within {self.drain_seconds:g} s; a "
+            "second signal exits at once)"
+        )
         self._deadline = threading.Timer(self.drain_seconds, self._expired)
         self._deadline.daemon = True
         self._deadline.start()

@@ -75,8 +75,9 @@ def _check_hub_model(settings: Settings, source: str) -> None:
 
     cache, offline, endpoint = hub_access(settings)
     try:
-        hf_hub_download(source, "config.json", cache_dir=cache, local_files_only=offline, endpoint=endpoint,
-                        etag_timeout=10)  # fmt: skip
+        hf_hub_download(
+            source, "config.json", cache_dir=cache, local_files_only=offline, endpoint=endpoint, etag_timeout=10
+        )
     except HFValidationError as e:
         raise ModelUnavailableError(f"model {summarize(source, 100)!r} is not a Hugging Face id. {MODEL_FIX}") from e
     except RepositoryNotFoundError as e:  # a gated one too (401/403): the token is what is missing

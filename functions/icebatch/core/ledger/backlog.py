@@ -113,8 +113,9 @@ def added_rows(snap: Snapshot, io: FileIO) -> int:
 _RESET_FIX = "Fix: `icebatch ledger reset --to-snapshot <id>` chooses where to resume"
 
 
-def same_table(recorded_uuid: str | None, recorded_at: int | None, meta: TableMetadata, *, source_table: str,
-               consumer: str) -> None:  # fmt: skip
+def same_table(
+    recorded_uuid: str | None, recorded_at: int | None, meta: TableMetadata, *, source_table: str, consumer: str
+) -> None:
     """Refuse a source that is not the table the ledger follows (``recorded_uuid``; None: commits that
     predate the check, which record no table)."""
     current = str(meta.table_uuid)

@@ -197,8 +197,13 @@ class ResultsLedger:
         """How much is new, from the source table's metadata (no data file is opened)."""
         source = source or self.source()
         wm = watermark or self.watermark()
-        same_table(wm.source_uuid, wm.source_uuid_at, source.metadata, source_table=self.source_table,
-                   consumer=self.consumer.name)  # fmt: skip
+        same_table(
+            wm.source_uuid,
+            wm.source_uuid_at,
+            source.metadata,
+            source_table=self.source_table,
+            consumer=self.consumer.name,
+        )
         self.columns(source, wm)  # a task that cannot read the table as it is now: refused here, not in a job
         backlog = compute_backlog(
             source.metadata,
@@ -296,14 +301,20 @@ class ResultsLedger:
                 f"the rows after the watermark cannot be found again ({e}). Its {pending.rows_remaining:,} rows not "
                 f"yet labelled are lost to icebatch unless a reset says where to resume"
             ) from e
-        reason = (f"the range's end snapshot {pending.to_snapshot_inclusive} was expired with "
-                  f"{pending.rows_committed:,} of {pending.range_rows:,} rows committed: the rest is in the next run's "
-                  "range")  # fmt: skip
+        reason = (
+            f"the range's end snapshot {pending.to_snapshot_inclusive} was expired with "
+            f"{pending.rows_committed:,} of {pending.range_rows:,} rows committed: the rest is in the next run's "
+            "range"
+        )
         table = self.results()
         assert table is not None  # chunks were committed to it
         kept = {k: v for k, v in pending.head.properties.items() if k not in (Key.COMMIT_ID, Key.CHUNK)}
-        props = {**kept, Key.WATERMARK: _snapshot_text(wm.source_snapshot_id),
-                 Key.SEQUENCE: _snapshot_text(wm.source_sequence_number), Key.CLOSED: reason}  # fmt: skip
+        props = {
+            **kept,
+            Key.WATERMARK: _snapshot_text(wm.source_snapshot_id),
+            Key.SEQUENCE: _snapshot_text(wm.source_sequence_number),
+            Key.CLOSED: reason,
+        }
         if read_progress(table.metadata, self.source_table, self.consumer.task_version).head_snapshot_id != (
             progress.head_snapshot_id
         ):
@@ -500,8 +511,9 @@ class ResultsLedger:
         done = find_commit(table.metadata, chunk.commit_id(plan.run_id))
         if done is not None:  # an earlier try landed; only its answer was lost
             return CommitResult(done.ledger_snapshot_id, attempt, already_committed=True), None
-        self._check_head(plan, chunk, data_files, read_progress(table.metadata, self.source_table, plan.task_version),
-                         expected_head)  # fmt: skip
+        self._check_head(
+            plan, chunk, data_files, read_progress(table.metadata, self.source_table, plan.task_version), expected_head
+        )
         txn = table.transaction()
         if delete is not None:  # copy-on-write: the results files holding those rows are rewritten in this commit
             txn.delete(delete)
@@ -522,11 +534,18 @@ class ResultsLedger:
         landed = find_commit(self.catalog.load_table(self.results_table).metadata, chunk.commit_id(plan.run_id))
         if landed is None:  # pragma: no cover - a catalog that acknowledges and loses a commit
             raise CommitOutcomeUnknownError(f"commit of run {plan.run_id} acknowledged but not visible")
-        log.info("ledger commit: run %s chunk %d (%d rows, %d of %d committed)%s (ledger snapshot %d)",
-                 plan.run_id, chunk.number, chunk.rows, chunk.rows_committed, plan.expected_rows,
-                 f", watermark {watermark_text(plan.from_snapshot_exclusive)} -> {plan.to_snapshot_inclusive}"
-                 if chunk.final else "",
-                 landed.ledger_snapshot_id)  # fmt: skip
+        log.info(
+            "ledger commit: run %s chunk %d (%d rows, %d of %d committed)%s (ledger snapshot %d)",
+            plan.run_id,
+            chunk.number,
+            chunk.rows,
+            chunk.rows_committed,
+            plan.expected_rows,
+            f", watermark {watermark_text(plan.from_snapshot_exclusive)} -> {plan.to_snapshot_inclusive}"
+            if chunk.final
+            else "",
+            landed.ledger_snapshot_id,
+        )
         return CommitResult(landed.ledger_snapshot_id, attempt), None
 
     def _check_head(

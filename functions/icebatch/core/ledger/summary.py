@@ -359,9 +359,15 @@ def read_progress(ledger_meta: TableMetadata | None, source_table: str, task_ver
         where = f"ledger snapshot {snap.snapshot_id}"
         wm = parse_snapshot_id(summary.get(Key.WATERMARK), where=where)
         seq = parse_snapshot_id(summary.get(Key.SEQUENCE), where=where)
-        watermark = Watermark(wm, snap.snapshot_id, summary.get(Key.RUN_ID), snap.timestamp_ms, seq,
-                              closed=Key.CLOSED in summary,
-                              source_id_upper=summary.get(Key.SOURCE_ID_UPPER))  # fmt: skip
+        watermark = Watermark(
+            wm,
+            snap.snapshot_id,
+            summary.get(Key.RUN_ID),
+            snap.timestamp_ms,
+            seq,
+            closed=Key.CLOSED in summary,
+            source_id_upper=summary.get(Key.SOURCE_ID_UPPER),
+        )
         break
     else:
         if chunks:  # the history was expired under a run part way through: its chunks say where it started

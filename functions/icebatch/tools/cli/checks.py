@@ -25,13 +25,16 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("validate", help="check every consumer against its table, results and model, before any job",
-                       description="For each consumer: the catalog, the source table and its identity (the table "
-                       "its ledger follows), the task's columns in the source's current schema (by field id: renames "
-                       "are followed, a missing or dropped column is a problem), the results table's columns, the "
-                       "model (where it is said to be, and a context as long as ICEBATCH_MAX_MODEL_LEN). One line per "
-                       "problem; exit status 2 when there is any. The launcher refuses a consumer that fails the "
-                       "source, identity or column checks (invalid_task, source_replaced).")  # fmt: skip
+    p = sub.add_parser(
+        "validate",
+        help="check every consumer against its table, results and model, before any job",
+        description="For each consumer: the catalog, the source table and its identity (the table "
+        "its ledger follows), the task's columns in the source's current schema (by field id: renames "
+        "are followed, a missing or dropped column is a problem), the results table's columns, the "
+        "model (where it is said to be, and a context as long as ICEBATCH_MAX_MODEL_LEN). One line per "
+        "problem; exit status 2 when there is any. The launcher refuses a consumer that fails the "
+        "source, identity or column checks (invalid_task, source_replaced).",
+    )
     consumer_option(p)
     p.add_argument("--json", action="store_true", help="one JSON list, a consumer each")
     p.set_defaults(handler=cmd_validate)

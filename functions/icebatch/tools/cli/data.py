@@ -94,21 +94,29 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
         print(f"backlog rows          : {b.rows} in {b.snapshots} snapshot(s)")
         print(f"oldest unprocessed age: {'-' if age is None else duration(age)}")
         if b.skipped:
-            print(f"rewritten             : {b.skipped_rows} rows added by overwrite snapshots (matched by content: "
-                  "only changed and new ones go to the model)")  # fmt: skip
+            print(
+                f"rewritten             : {b.skipped_rows} rows added by overwrite snapshots (matched by content: "
+                "only changed and new ones go to the model)"
+            )
         if b.deleted_rows:
-            print(f"deleted in the source : {b.deleted_rows} rows since the watermark (the next run removes their "
-                  "verdicts)")  # fmt: skip
+            print(
+                f"deleted in the source : {b.deleted_rows} rows since the watermark (the next run removes their "
+                "verdicts)"
+            )
         if b.gap:
-            print("expired history       : snapshots after the watermark were expired; their rows are found among the "
-                  "live files (by data sequence number; format v1: all of them) and matched by content")  # fmt: skip
+            print(
+                "expired history       : snapshots after the watermark were expired; their rows are found among the "
+                "live files (by data sequence number; format v1: all of them) and matched by content"
+            )
         if (check := costs[c.name]) is not None:
             print(f"cost gate             : {check.summary()}")
         if p is not None:
             print(f"in progress           : {p.describe()} (to snapshot {p.to_snapshot_inclusive})")
         if c.name in stale:
-            print("                        its range's end snapshot was expired: the next run closes it where it is "
-                  "and takes the rest of its rows, matched by content")  # fmt: skip
+            print(
+                "                        its range's end snapshot was expired: the next run closes it where it is "
+                "and takes the rest of its rows, matched by content"
+            )
         print()
     return 0
 
@@ -189,8 +197,10 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
         print_json({"runs": rows, "in_progress": in_progress})
         return 0
     for p in in_progress:
-        print(f"{p['consumer']:<10} {p['run_id']:<36} in progress: {p['rows_committed']:,} of {p['range_rows']:,} rows "
-              f"committed in {p['chunks']} chunk(s) by {p['attempts']} attempt(s)")  # fmt: skip
+        print(
+            f"{p['consumer']:<10} {p['run_id']:<36} in progress: {p['rows_committed']:,} of {p['range_rows']:,} rows "
+            f"committed in {p['chunks']} chunk(s) by {p['attempts']} attempt(s)"
+        )
     if not rows:
         print("no runs completed yet")
     for row in rows:
@@ -199,12 +209,16 @@ def cmd_ledger_runs(args: argparse.Namespace, settings: Settings) -> int:
             continue
         start = "none" if row["from_snapshot_exclusive"] is None else row["from_snapshot_exclusive"]
         if row["reset_reason"] is not None:
-            print(f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} reset to "
-                  f"{row['to_snapshot_inclusive'] or 'none'}: {row['reset_reason']}")  # fmt: skip
+            print(
+                f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} reset to "
+                f"{row['to_snapshot_inclusive'] or 'none'}: {row['reset_reason']}"
+            )
             continue
         if row["closed"] is not None:
-            print(f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} closed part way "
-                  f"(rows={row['rows']}): {row['closed']}")  # fmt: skip
+            print(
+                f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} closed part way "
+                f"(rows={row['rows']}): {row['closed']}"
+            )
             continue
         print(
             f"{row['consumer']:<10} {row['run_id']:<36} v{row['task_version']} {start} -> "
@@ -236,14 +250,20 @@ def cmd_ledger_reset(args: argparse.Namespace, settings: Settings) -> int:
         print(f"dry run: {who}: the watermark would move {moves}{relabel}; nothing recorded", flush=True)
         return 0
     if again and not args.yes:
-        raise PermanentError(f"not done: moving {who}'s watermark back {moves} sends about {again:,} rows already "
-                             "labelled to the model again (each gets another verdict): see it with --dry-run, "
-                             "do it with --yes")  # fmt: skip
+        raise PermanentError(
+            f"not done: moving {who}'s watermark back {moves} sends about {again:,} rows already "
+            "labelled to the model again (each gets another verdict): see it with --dry-run, "
+            "do it with --yes"
+        )
     sid = ledger.reset(target, reason=args.reason, new_source=args.new_source)
-    follows = "" if args.new_source is None else (
-        f"; now follows the new {consumer.source_table}, the old table's verdicts "
-        f"{'kept' if args.new_source == 'keep-results' else 'deleted'}"
-    )  # fmt: skip
+    follows = (
+        ""
+        if args.new_source is None
+        else (
+            f"; now follows the new {consumer.source_table}, the old table's verdicts "
+            f"{'kept' if args.new_source == 'keep-results' else 'deleted'}"
+        )
+    )
     print(f"{who}: watermark set to {args.to_snapshot} (ledger snapshot {sid}){follows}")
     return 0
 
@@ -288,9 +308,12 @@ def snapshot_or_none(value: str) -> str:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("generate", help="append generated support tickets to the source table",
-                       description="Append realistic support tickets, one snapshot per batch (creates the table if "
-                       "needed). Prints each snapshot id.")  # fmt: skip
+    p = sub.add_parser(
+        "generate",
+        help="append generated support tickets to the source table",
+        description="Append realistic support tickets, one snapshot per batch (creates the table if "
+        "needed). Prints each snapshot id.",
+    )
     p.add_argument("--tickets", type=bounded_int(1, 10_000_000), required=True, help="total number of tickets")
     p.add_argument(
         "--batches",
@@ -302,30 +325,39 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--seed", type=bounded_int(0, 2**31), default=None, help="make the tickets reproducible")
     p.set_defaults(handler=cmd_generate)
 
-    p = sub.add_parser("backlog", help="rows waiting for each consumer (metadata only)",
-                       description="How many rows were appended after each consumer's watermark (for its current "
-                       "task version), computed from snapshot summaries without reading data files, and how long the "
-                       "oldest has waited.")  # fmt: skip
+    p = sub.add_parser(
+        "backlog",
+        help="rows waiting for each consumer (metadata only)",
+        description="How many rows were appended after each consumer's watermark (for its current "
+        "task version), computed from snapshot summaries without reading data files, and how long the "
+        "oldest has waited.",
+    )
     consumer_option(p)
     p.add_argument("--json", action="store_true", help="one JSON list, a consumer each")
     p.set_defaults(handler=cmd_backlog)
 
-    p = sub.add_parser("estimate", help="what the next run would cost, before anything is launched",
-                       description="Rows, estimated input/output tokens, GPUs, GPU-hours and $ of each consumer's "
-                       "current backlog — a whole backfill after a task version bump — against its budget. Tokens per "
-                       "row come from the consumer's last runs of this task version, else from the task "
-                       "(a prior).")  # fmt: skip
+    p = sub.add_parser(
+        "estimate",
+        help="what the next run would cost, before anything is launched",
+        description="Rows, estimated input/output tokens, GPUs, GPU-hours and $ of each consumer's "
+        "current backlog — a whole backfill after a task version bump — against its budget. Tokens per "
+        "row come from the consumer's last runs of this task version, else from the task "
+        "(a prior).",
+    )
     consumer_option(p)
     p.add_argument("--json", action="store_true", help="one JSON list, a consumer each")
     p.set_defaults(handler=cmd_estimate)
 
     add_ledger_parser(sub)
 
-    p = sub.add_parser("report", help="a run's cost report, rebuilt from the ledger (default: the latest run)",
-                       description="Print the INCREMENTAL STATE / BATCH SUMMARY / TOKENOMICS report of a committed run "
-                       "from the ledger: its snapshot summary (totals, tokens, engine and job time) and its result "
-                       "rows "
-                       "(label breakdown). No event or report file is needed.")  # fmt: skip
+    p = sub.add_parser(
+        "report",
+        help="a run's cost report, rebuilt from the ledger (default: the latest run)",
+        description="Print the INCREMENTAL STATE / BATCH SUMMARY / TOKENOMICS report of a committed run "
+        "from the ledger: its snapshot summary (totals, tokens, engine and job time) and its result "
+        "rows "
+        "(label breakdown). No event or report file is needed.",
+    )
     p.add_argument("run_id", nargs="?", help="run id (see `icebatch ledger runs`); default: the latest")
     consumer_option(p, "look only at this consumer's runs (default: every consumer's)")
     p.add_argument("--json", action="store_true", help="the report as the 'Batch Job Completed' detail (JSON)")
@@ -341,19 +373,34 @@ def add_ledger_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     q.add_argument("--limit", type=bounded_int(1, 10_000), default=20, help="runs per consumer (default 20)")
     q.add_argument("--json", action="store_true")
     q.set_defaults(handler=cmd_ledger_runs)
-    q = lsub.add_parser("reset", help="move a consumer's watermark by hand (a rollback, an expiry, a backfill's start)",
-                        description="Record a new watermark for the consumer's current task version, without results. "
-                        "Rows after it will be processed by the next run; rows before it will not. Use `none` to "
-                        "process the whole table again. A reset that moves the watermark back over labelled rows "
-                        "sends them to the model again and needs --yes; --dry-run says what it would do.")  # fmt: skip
+    q = lsub.add_parser(
+        "reset",
+        help="move a consumer's watermark by hand (a rollback, an expiry, a backfill's start)",
+        description="Record a new watermark for the consumer's current task version, without results. "
+        "Rows after it will be processed by the next run; rows before it will not. Use `none` to "
+        "process the whole table again. A reset that moves the watermark back over labelled rows "
+        "sends them to the model again and needs --yes; --dry-run says what it would do.",
+    )
     consumer_option(q, "the consumer (needed when several are declared)")
     q.add_argument("--to-snapshot", type=snapshot_or_none, required=True, help="source snapshot id, or `none`")
     q.add_argument("--reason", type=text(500), required=True, help="recorded in the ledger (at most 500 characters)")
-    q.add_argument("--new-source", choices=("keep-results", "drop-results"), default=None,
-                   help="the source table was dropped and created again (another table UUID): follow the new one, "
-                   "and keep or delete the old table's verdicts (deleted in the same commit)")  # fmt: skip
-    q.add_argument("--dry-run", action="store_true", help="say what the reset would do (and how many labelled rows "
-                   "it would send to the model again), and record nothing")  # fmt: skip
-    q.add_argument("--yes", action="store_true", help="needed for a reset that moves the watermark back over "
-                   "rows already labelled: they get another verdict each")  # fmt: skip
+    q.add_argument(
+        "--new-source",
+        choices=("keep-results", "drop-results"),
+        default=None,
+        help="the source table was dropped and created again (another table UUID): follow the new one, "
+        "and keep or delete the old table's verdicts (deleted in the same commit)",
+    )
+    q.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what the reset would do (and how many labelled rows "
+        "it would send to the model again), and record nothing",
+    )
+    q.add_argument(
+        "--yes",
+        action="store_true",
+        help="needed for a reset that moves the watermark back over "
+        "rows already labelled: they get another verdict each",
+    )
     q.set_defaults(handler=cmd_ledger_reset)

@@ -123,8 +123,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "source_replaced: its source table was dropped and created again) is refused with exit status 2.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--trigger", choices=["schedule", "append", "manual"], default="manual",
-                   help="evaluate as this trigger (default manual: threshold rules unless --force)")  # fmt: skip
+    p.add_argument(
+        "--trigger",
+        choices=["schedule", "append", "manual"],
+        default="manual",
+        help="evaluate as this trigger (default manual: threshold rules unless --force)",
+    )
     consumer_option(p, "only this consumer (default: every consumer)")
     p.add_argument("--force", action="store_true", help="launch even below the threshold (backlog must be > 0)")
     p.add_argument("--dry-run", action="store_true", help="decide and print the manifests; submit nothing")

@@ -32,9 +32,15 @@ def cmd_results(args: argparse.Namespace, settings: Settings) -> int:
     shown = current_verdicts(table, source, consumer, reads, status=args.status, where=args.where, limit=args.limit)
     form = "json" if args.json else args.format
     if form == "json":
-        print_json({"consumer": consumer.name, "results_table": consumer.results_table,
-                    "task_version": consumer.task_version, "columns": list(shown.columns),
-                    "rows": shown.rows})  # fmt: skip
+        print_json(
+            {
+                "consumer": consumer.name,
+                "results_table": consumer.results_table,
+                "task_version": consumer.task_version,
+                "columns": list(shown.columns),
+                "rows": shown.rows,
+            }
+        )
     elif form == "csv":
         writer = csv.DictWriter(sys.stdout, fieldnames=shown.columns, lineterminator="\n")
         writer.writeheader()
@@ -43,8 +49,10 @@ def cmd_results(args: argparse.Namespace, settings: Settings) -> int:
         print(_table(shown.rows, list(shown.columns)))
         print(_elsewhere(consumer.results_table, table.metadata_location, consumer.task_version))
     else:
-        print(f"no {args.status + ' ' if args.status else ''}verdicts of task version {consumer.task_version}"
-              f"{' where ' + args.where if args.where else ''}")  # fmt: skip
+        print(
+            f"no {args.status + ' ' if args.status else ''}verdicts of task version {consumer.task_version}"
+            f"{' where ' + args.where if args.where else ''}"
+        )
     return 0
 
 
@@ -105,8 +113,12 @@ source's id and prompt columns whole.""",
     p.add_argument("--where", type=text(2000), metavar="FILTER", help="only rows this filter keeps (below)")
     p.add_argument("--limit", type=bounded_int(1, 100_000), default=20, help="rows at most (default 20)")
     form = p.add_mutually_exclusive_group()
-    form.add_argument("--format", choices=("table", "json", "csv"), default="table",
-                      help="table (cells cut to fit), json (one document: the consumer, its table, the columns, the "
-                      "rows) or csv (a header line, then one line a row)")  # fmt: skip
+    form.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="table (cells cut to fit), json (one document: the consumer, its table, the columns, the "
+        "rows) or csv (a header line, then one line a row)",
+    )
     form.add_argument("--json", action="store_true", help="the same as --format json")
     p.set_defaults(handler=cmd_results)
