@@ -16,7 +16,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -195,32 +194,25 @@ class LocalBackend(JobBackend):
         return self._ray_client
 
     def _submit_ray(self, spec: JobSpec, record: dict[str, Any]) -> None:
-        import shlex
-
         env = {e["name"]: e["value"] for e in job_env(self.settings, spec, home=str(self.settings.home))}
         client = self._client()
-        # A head that just started answers before its job agent is ready (HTTP 500). Retry for a bounded
-        # time; the submission id makes a retry idempotent: if the job exists, an earlier attempt landed.
-        deadline = time.monotonic() + SUBMIT_PATIENCE_SECONDS
-        while True:
-            try:
-                client.submit_job(
-                    entrypoint=shlex.join(spec.entrypoint()),
-                    submission_id=spec.name,
-                    runtime_env={"env_vars": env},
-                    metadata={"icebatch.consumer": spec.consumer.name},
-                )
-                return
-            except RuntimeError as e:
-                try:
-                    client.get_job_info(spec.name)
-                    return
-                except Exception:
-                    pass
-                if time.monotonic() > deadline:
-                    raise ClusterUnavailableError(f"Ray did not accept job {spec.name}: {e}") from e
-                log.info("Ray is not ready to accept jobs yet (%s); retrying", e)
-                time.sleep(2)
+        # A head that just started answers before its job agent is ready (HTTP 500). Retried for a bounded time;
+        # the submission id makes a retry idempotent: if the job exists, an earlier attempt landed.
+        from tenacity import Retrying, before_sleep_log, retry_if_exception_type, stop_after_delay, wait_fixed
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(RuntimeError),
+            stop=stop_after_delay(SUBMIT_PATIENCE_SECONDS),
+            wait=wait_fixed(2),
+            before_sleep=before_sleep_log(log, logging.INFO),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    _submit_once(client, spec, env)
+        except RuntimeError as e:
+            raise ClusterUnavailableError(f"Ray did not accept job {spec.name}: {e}") from e
 
     def _refresh(self, path: Path, record: dict[str, Any]) -> None:
         """Bring a RUNNING record up to date: verified against its owner, and expired after the job deadline.
@@ -381,6 +373,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _submit_once(client: Any, spec: JobSpec, env: dict[str, str]) -> None:
+    """Submit the job to Ray, or find that an earlier try did (Ray's client raises RuntimeError for either)."""
+    import shlex
+
+    try:
+        client.submit_job(
+            entrypoint=shlex.join(spec.entrypoint()),
+            submission_id=spec.name,
+            runtime_env={"env_vars": env},
+            metadata={"icebatch.consumer": spec.consumer.name},
+        )
+    except RuntimeError as refused:
+        try:
+            client.get_job_info(spec.name)  # it exists: an earlier try landed, only its answer was lost
+        except RuntimeError:
+            raise refused from None
+
+
 def _state(record: dict[str, Any]) -> JobState:
     deployment, job_status = _RAY_STATUS.get(record.get("status", ""), ("", ""))
     return JobState(
@@ -400,12 +410,13 @@ def _state(record: dict[str, Any]) -> JobState:
 
 
 def _process_started(pid: int) -> str | None:
-    """When a process started (clock ticks since boot, from /proc): with its pid, it names the process."""
+    """When a process started (psutil's ``create_time``): with its pid, it names the process."""
+    import psutil
+
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except psutil.Error:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
 
 
 def _same_process(pid: int, started: str | None) -> bool:

@@ -426,21 +426,35 @@ def ensure_source_table(catalog: Catalog, identifier: str) -> Table:
 
 
 def append_tickets(table: Table, rows: list[dict[str, Any]], *, attempts: int = 5) -> int:
-    """Append rows as one snapshot; retry on commit conflicts. Returns the new snapshot id."""
+    """Append rows as one snapshot; retry on commit conflicts (the table reloaded). Returns the new snapshot id."""
     import pyarrow as pa
     from pyiceberg.exceptions import CommitFailedException
+    from tenacity import (
+        RetryCallState,
+        Retrying,
+        before_sleep_log,
+        retry_if_exception_type,
+        stop_after_attempt,
+        wait_exponential,
+    )
 
     data = pa.Table.from_pylist(rows, schema=arrow_schema())
-    for attempt in range(1, attempts + 1):
-        try:
-            table.append(data)
-            break
-        except CommitFailedException:
-            if attempt == attempts:
-                raise
-            log.info("append lost a commit race, retrying (%d/%d)", attempt, attempts)
-            time.sleep(0.1 * 2**attempt)
+
+    def reload(state: RetryCallState) -> None:  # a retry appends on the table as it now is
+        if state.attempt_number > 1:
             table.refresh()
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(CommitFailedException),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=0.1),
+        before=reload,
+        before_sleep=before_sleep_log(log, logging.INFO),
+        reraise=True,
+    )
+    for attempt in retrying:
+        with attempt:
+            table.append(data)
     sid = table.metadata.current_snapshot_id
     assert sid is not None
     return sid

@@ -88,17 +88,15 @@ def alive(pid: int) -> bool:
     return True
 
 
-def process_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, start time in clock ticks after boot), for every process visible in /proc."""
-    out: dict[int, tuple[int, int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(entry.name)] = (int(fields[1]), int(fields[19]))
+def process_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, start time), for every process visible (psutil; zombies included)."""
+    import psutil
+
+    out: dict[int, tuple[int, float]] = {}
+    for p in psutil.process_iter(["ppid", "create_time"], ad_value=None):
+        ppid, started = p.info["ppid"], p.info["create_time"]
+        if ppid is not None:
+            out[p.pid] = (ppid, started or 0.0)
     return out
 
 
@@ -168,9 +166,11 @@ def end_processes(pids: set[int], grace_seconds: float = 5.0) -> None:
 def is_resource_tracker(pid: int) -> bool:
     """Whether ``pid`` is a multiprocessing resource tracker (``python -c 'from multiprocessing.resource_tracker
     import main; main(fd)'``)."""
+    import psutil
+
     try:
-        return b"multiprocessing.resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        return any("multiprocessing.resource_tracker" in part for part in psutil.Process(pid).cmdline())
+    except psutil.Error:
         return False
 
 
@@ -183,16 +183,20 @@ def _kill(pids: set[int]) -> None:
 
 
 def _name(pid: int) -> str:
+    import psutil
+
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
+        return psutil.Process(pid).name()
+    except psutil.Error:
         return "?"
 
 
 def _zombie(pid: int) -> bool:
+    import psutil
+
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return True
 
 

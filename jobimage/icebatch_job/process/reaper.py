@@ -32,7 +32,7 @@ POLL_SECONDS = 1.0
 
 def _watch(job: int, ended: int, me: int, poll_seconds: float, shared_memory: Path | None) -> None:
     """The watchdog's life: follow the job's tree until the pipe closes, then kill what is left of it."""
-    known: dict[int, int] = {}  # pid -> start time (a pid reused by another process is not the job's)
+    known: dict[int, float] = {}  # pid -> start time (a pid reused by another process is not the job's)
     while True:
         table = process_table()
         parents = {pid: ppid for pid, (ppid, _) in table.items()}
