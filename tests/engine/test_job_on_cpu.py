@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.errors import ModelUnavailableError
@@ -47,7 +48,7 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(own_settings: Sett
     for r in rows:
         assert r["status"] in {"ok", "invalid_output", "inference_error"}
         if r["status"] == "ok":
-            TASK.verdict_model.model_validate({k: r[k] for k in TASK.output_fields})
+            jsonschema.validate({k: r[k] for k in TASK.output_fields if r[k] is not None}, TASK.answer_schema)
             assert json.loads(r["raw_output"])["category"] == r["category"]
         else:
             assert r["error"] and r["raw_output"] is not None

@@ -11,15 +11,21 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
 from icebatch.core.catalog import open_catalog
-from icebatch.core.errors import WatermarkConflictError, WatermarkError
+from icebatch.core.errors import TaskSpecError, TooManyErrorsError, WatermarkConflictError, WatermarkError
 from icebatch.core.ledger import Key, ResultsLedger, open_ledger
 from icebatch.core.settings import Settings
 from icebatch.tools.history import completed_from_ledger
+from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
+from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
+from icebatch_job.commit.results import result_row, results_arrow_schema
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.plan.source import read_rows
+from icebatch_job.plan.work import plan_work
 
 from tests.support.consumers import triage
 from tests.support.runs import Crash, dies_after, expire_all_but_current, run_once, source_ids
@@ -303,3 +309,53 @@ def test_an_attempt_reads_the_rows_its_plan_saw_while_another_attempt_commits(se
     # not from an error calling the results table changed by something other than icebatch
     progress = load_progress(ledger, late, triage(settings).task)
     assert len(progress.done) == 10
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"),
+    [
+        ("Grammar error: Unsatisfiable schema: required property 'aspect' is unsatisfiable", TaskSpecError),
+        ("Invalid grammar specification: unknown format", TaskSpecError),
+        ("CUDA error: an illegal memory access was encountered", TooManyErrorsError),
+    ],
+)
+def test_a_schema_the_engine_refuses_ends_the_run_as_a_task_error_not_a_transient_one(
+    settings: Settings, error: str, raised: type[Exception]
+) -> None:
+    # given a range whose every row the engine answered with an error (vLLM's words for a schema it cannot build)
+    ledger = _ledger(settings, snapshots=1, rows=10)
+    task = ledger.consumer.task
+    plan, work = plan_work(ledger, ledger.plan(), task, ledger.source())
+    committer = ChunkCommitter(
+        ledger,
+        plan,
+        task,
+        start=work.progress,
+        range_rows=work.range_rows,
+        policy=ChunkPolicy(4, max_inference_error_rate=0.5),
+        attempt=Attempt(1, "a1"),
+        totals=lambda stats, redone: run_totals(plan, stats, redone, attempt_seconds=0.0, model="m"),
+    )
+    now = datetime.now(UTC)
+    failed = [
+        result_row(
+            source_id=r[task.id_column],
+            source_file=r[SOURCE_FILE],
+            source_pos=r[SOURCE_POS],
+            source_hash=r[SOURCE_HASH],
+            run_id=plan.run_id,
+            task=task,
+            processed_at=now,
+            model="m",
+            raw_output=None,
+            inference_error=error,
+        )
+        for b in read_rows(work.planned, work.skip)
+        for r in b.to_pylist()
+    ]
+    # when the job hands them to its committer, then a refused schema is the task's fault (permanent: exit 2, no
+    # retry), any other engine error stays transient; either way nothing is committed and the range stays pending
+    with pytest.raises(raised):
+        committer.add(pa.Table.from_pylist(failed, schema=results_arrow_schema(task)))
+    assert ledger.results() is None or ledger.results().scan().to_arrow().num_rows == 0
+    assert ledger.plan() is not None

@@ -5,9 +5,10 @@ A task spec is a JSON or YAML file (``.yaml``/``.yml``: long prompts as block sc
 JSON Schemas of both files, for editors, in ``functions/icebatch/consumers/schemas/``):
 
 - ``system_prompt`` and ``user_template`` (``{column}`` placeholders over ``input_columns``),
-- ``output_schema``: a flat JSON Schema object (string/enum/integer/number/boolean properties). It is
-  handed to vLLM's structured output, turned into the pydantic model that validates every answer, and
-  into the verdict columns of the results table,
+- ``output_schema``: a flat JSON Schema object (string/enum/integer/number/boolean properties), checked when the
+  file loads (``check_output_schema``: the meta-schema, ``required`` among the properties, every keyword one that is
+  enforced, nothing no answer could satisfy). It is handed to vLLM's structured output and validates every answer
+  (the ``jsonschema`` library, formats included), and its properties are the verdict columns of the results table,
 - ``sampling``: sampling parameters (``max_tokens`` bounds the cost of a row), the ones vLLM's engine and
   an OpenAI-compatible server both take (``Sampling``); anything else is an error when the file loads,
   not when a GPU node has started,
@@ -21,17 +22,17 @@ old version's results stay as they are.
 from __future__ import annotations
 
 import json
+import re
 import string
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
-    create_model,
     field_validator,
     model_validator,
 )
@@ -39,9 +40,33 @@ from pydantic import (
 from icebatch.core.config_files import load_json, load_yaml, read_text
 from icebatch.core.errors import TaskSpecError
 
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
 # the running example's task (functions/icebatch/consumers/tasks/): ticket triage
 DEFAULT_TASK = Path(__file__).resolve().parents[1] / "consumers" / "tasks" / "triage.json"
 _SUPPORTED = {"string", "integer", "number", "boolean"}
+# What an output schema may say, each enforced on every answer (the rest is refused when the task loads)
+OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "title", "description", "$schema"}
+PROPERTY_KEYWORDS = {
+    "type",
+    "enum",
+    "const",
+    "title",
+    "description",
+    "examples",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+}
+# formats checked by jsonschema itself, the same in the Lambda bundle and the job image (no optional package)
+FORMATS = ("date", "email", "ipv4", "ipv6", "uuid")
 
 
 MAX_OUTPUT_TOKENS = 32_768  # per row; ICEBATCH_MAX_MODEL_LEN must leave room for the prompt as well
@@ -116,18 +141,8 @@ class TaskSpec(BaseModel):
 
     @field_validator("output_schema")
     @classmethod
-    def _flat_object(cls, schema: dict[str, Any]) -> dict[str, Any]:
-        if schema.get("type") != "object" or not isinstance(schema.get("properties"), dict):
-            raise ValueError("output_schema must be a JSON Schema object with `properties`")
-        for name, prop in schema["properties"].items():
-            if not name.isidentifier():
-                raise ValueError(f"output property {name!r} must be a valid column name")
-            if prop.get("type") not in _SUPPORTED:
-                raise ValueError(
-                    f"output property {name!r} has type {prop.get('type')!r}; "
-                    f"supported: {sorted(_SUPPORTED)} "
-                    "(flat objects only: each property becomes a results column)"
-                )
+    def _checked(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        check_output_schema(schema)
         return schema
 
     @model_validator(mode="after")
@@ -156,35 +171,20 @@ class TaskSpec(BaseModel):
 
     @property
     def output_schema_json(self) -> str:
-        return json.dumps(self.output_schema, separators=(",", ":"))
+        """The schema structured output gets: the one answers are validated against (``answer_schema``)."""
+        return json.dumps(self.answer_schema, separators=(",", ":"))
 
     @cached_property
-    def verdict_model(self) -> type[BaseModel]:
-        """A pydantic model that validates one answer strictly (no extra keys, enums, lengths)."""
-        required = set(self.output_schema.get("required", []))
-        fields: dict[str, Any] = {}
-        for name, prop in self.output_fields.items():
-            annotation = _annotation(prop)
-            constraints = {
-                k: v
-                for k, v in {
-                    "min_length": prop.get("minLength"),
-                    "max_length": prop.get("maxLength"),
-                    "pattern": prop.get("pattern"),
-                    "ge": prop.get("minimum"),
-                    "le": prop.get("maximum"),
-                }.items()
-                if v is not None
-            }
-            if name in required:
-                fields[name] = (annotation, Field(**constraints))
-            else:
-                fields[name] = (annotation | None, Field(default=None, **constraints))
-        return create_model(
-            f"{self.name.title().replace('-', '')}Verdict",
-            __config__=ConfigDict(extra="forbid", strict=True),
-            **fields,
-        )
+    def answer_schema(self) -> dict[str, Any]:
+        """The schema every answer must satisfy, as structured output gets it: the task's, with no key beyond its
+        properties (they are the results table's columns)."""
+        return {**self.output_schema, "additionalProperties": False}
+
+    @cached_property
+    def _validator(self) -> Validator:
+        from jsonschema import Draft202012Validator, FormatChecker
+
+        return Draft202012Validator(self.answer_schema, format_checker=FormatChecker(FORMATS))
 
     def render_user(self, row: dict[str, Any]) -> str:
         values = {c: _text(row.get(c)) for c in self.input_columns}
@@ -206,24 +206,96 @@ class TaskSpec(BaseModel):
         ]
 
     def parse(self, text: str) -> tuple[dict[str, Any] | None, str | None]:
-        """Validate one model answer: (verdict, None) or (None, reason)."""
+        """Validate one model answer: (verdict, None) or (None, reason). A verdict holds every property (None where
+        the answer leaves an optional one out); integers read as ints (JSON's 3.0 is the integer 3)."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             return None, f"not JSON: {e.msg} at position {e.pos}"
+        errors = sorted(self._validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+        if errors:
+            first = errors[0]
+            where = ".".join(str(p) for p in first.absolute_path) or "answer"
+            return None, f"schema: {where}: {first.message[:300]} ({len(errors)} error(s))"
+        verdict = {name: data.get(name) for name in self.output_fields}
+        for name, prop in self.output_fields.items():
+            if prop.get("type") == "integer" and isinstance(verdict[name], float):
+                verdict[name] = int(verdict[name])
+        return verdict, None
+
+
+def check_output_schema(schema: dict[str, Any]) -> None:
+    """Refuse an output schema that is not one (its meta-schema), that names a required property it lacks, says
+    something no answer is checked against, or that no answer could satisfy; ValueError says which and why."""
+    from jsonschema import Draft202012Validator, SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as e:
+        raise ValueError(f"output_schema is not a JSON Schema: {e.message[:200]}") from None
+    if schema.get("type") != "object" or not isinstance(schema.get("properties"), dict):
+        raise ValueError("output_schema must be a JSON Schema object with `properties`")
+    _only(schema, OBJECT_KEYWORDS, "output_schema")
+    if schema.get("additionalProperties", False) is not False:
+        raise ValueError("output_schema: additionalProperties must be false (each property is a results column)")
+    missing = [name for name in schema.get("required", []) if name not in schema["properties"]]
+    if missing:
+        raise ValueError(
+            f"output_schema requires {missing}, which are not among its properties: no answer can have them"
+        )
+    for name, prop in schema["properties"].items():
+        _check_property(name, prop)
+
+
+def _only(schema: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(schema) - allowed)
+    if unknown:
+        raise ValueError(
+            f"{where} says {unknown}, which icebatch does not check answers against (it knows: {sorted(allowed)})"
+        )
+
+
+def _check_property(name: str, prop: Any) -> None:
+    from jsonschema import Draft202012Validator, FormatChecker
+
+    where = f"output property {name!r}"
+    if not name.isidentifier():
+        raise ValueError(f"{where} must be a valid column name")
+    if not isinstance(prop, dict) or prop.get("type") not in _SUPPORTED:
+        kind = prop.get("type") if isinstance(prop, dict) else prop
+        raise ValueError(
+            f"{where} has type {kind!r}; supported: {sorted(_SUPPORTED)} (flat objects only: each property becomes a "
+            "results column)"
+        )
+    _only(prop, PROPERTY_KEYWORDS, where)
+    if "format" in prop and prop["format"] not in FORMATS:
+        raise ValueError(f"{where}: format {prop['format']!r} is not one icebatch checks (it knows: {list(FORMATS)})")
+    if "pattern" in prop:
         try:
-            verdict = self.verdict_model.model_validate(data)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "answer"
-            return None, f"schema: {where}: {first['msg']} ({e.error_count()} error(s))"
-        return verdict.model_dump(), None
+            re.compile(prop["pattern"])
+        except re.error as e:
+            raise ValueError(f"{where}: pattern {prop['pattern']!r} is not a regular expression ({e})") from None
+    bare = {k: v for k, v in prop.items() if k not in ("enum", "const")}
+    validator = Draft202012Validator(bare, format_checker=FormatChecker(FORMATS))
+    values = [*prop.get("enum", []), *([prop["const"]] if "const" in prop else [])]
+    wrong = [v for v in values if not validator.is_valid(v)]
+    if wrong:
+        raise ValueError(f"{where}: the value {wrong[0]!r} it allows does not satisfy its own type and bounds")
+    if "enum" in prop and "const" in prop and prop["const"] not in prop["enum"]:
+        raise ValueError(f"{where}: const {prop['const']!r} is not in its enum: no answer can satisfy both")
+    _check_bounds(where, prop)
 
 
-def _annotation(prop: dict[str, Any]) -> Any:
-    if "enum" in prop:
-        return Literal[tuple(prop["enum"])]
-    return {"string": str, "integer": int, "number": float, "boolean": bool}[prop["type"]]
+def _check_bounds(where: str, prop: dict[str, Any]) -> None:
+    """Bounds no value fits: a minimum above the maximum (or exclusive ones meeting), minLength above maxLength."""
+    low = [(prop[k], k == "exclusiveMinimum") for k in ("minimum", "exclusiveMinimum") if k in prop]
+    high = [(prop[k], k == "exclusiveMaximum") for k in ("maximum", "exclusiveMaximum") if k in prop]
+    for lo, lo_open in low:
+        for hi, hi_open in high:
+            if lo > hi or (lo == hi and (lo_open or hi_open)):
+                raise ValueError(f"{where}: its bounds ({lo} to {hi}) leave no value an answer could have")
+    if prop.get("minLength", 0) > prop.get("maxLength", float("inf")):
+        raise ValueError(f"{where}: minLength {prop['minLength']} is above maxLength {prop['maxLength']}")
 
 
 def _text(value: Any) -> str:

@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from icebatch.core.errors import IncompleteRunError, TooManyErrorsError
+from icebatch.core.errors import IncompleteRunError, TaskSpecError, TooManyErrorsError
 from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger import Chunk, CommitResult, Key, ProgressRaceError, ResultsLedger, RunPlan, RunTotals
 from icebatch.core.task import TaskSpec
@@ -52,6 +52,16 @@ class RunProgress:
     stats: RunStats
     head: int | None
     chunks: int = 0
+
+
+# vLLM's words for a request whose structured output it cannot build (vllm.v1.structured_output.backend_guidance,
+# VLLMValidationError; no code is carried through Ray Data LLM's error column): a fault of the task, not transient
+ENGINE_REFUSALS = ("Grammar error:", "Invalid grammar specification:")
+
+
+def refused_by_engine(error: str) -> bool:
+    """Whether a row's error is vLLM refusing the task's output schema (the same for every row and every retry)."""
+    return any(words in error for words in ENGINE_REFUSALS)
 
 
 def load_progress(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec) -> RunProgress:
@@ -290,6 +300,12 @@ class ChunkCommitter:
         failed = stats.statuses[STATUS_ERROR]
         rate = self.policy.max_inference_error_rate
         if stats.rows and failed / stats.rows > rate:
+            if refused_by_engine(str(stats.first_error)):
+                raise TaskSpecError(
+                    f"the engine's structured output refuses task {self.task.name!r}'s output_schema, the same for "
+                    f"every row ({str(stats.first_error)[:300]}); chunk {self.chunks + 1} was not committed and the "
+                    "range stays pending. Fix the task's output_schema (`icebatch validate` checks it), then run again"
+                )
             raise TooManyErrorsError(
                 f"{failed} of the run's {stats.rows} rows failed in the engine/endpoint (more than {rate:.0%}, "
                 f"ICEBATCH_MAX_INFERENCE_ERROR_RATE); chunk {self.chunks + 1} was not committed (the {len(self.done)} "

@@ -65,7 +65,7 @@ def request_body(task: TaskSpec, row: dict[str, Any], model: str, structured: bo
             "type": "json_schema",
             "json_schema": {
                 "name": task.name.replace("-", "_"),
-                "schema": task.output_schema,
+                "schema": task.answer_schema,
                 "strict": True,
             },
         }
