@@ -446,6 +446,7 @@ def test_a_command_finds_its_projects_home_from_a_subfolder_and_says_when_there_
     lost = _in(outside, "backlog")
     assert lost.returncode == 2 and lost.stdout == ""
     assert "no icebatch home here" in lost.stderr and "ICEBATCH_HOME" in lost.stderr, lost.stderr
+    assert "`icebatch init <namespace.table>` here makes a project" in lost.stderr
     assert len(lost.stderr.strip().splitlines()) == 1 and not (outside / ".icebatch").exists()
 
 
@@ -472,6 +473,11 @@ def test_init_scaffolds_a_consumer_of_your_own_table_that_the_other_commands_the
     # then it wrote a consumer and a task over the table's text columns, its id found by name
     assert made.returncode == 0, made.stderr
     assert "id review_id, prompt over title, text" in made.stdout
+    # and says what comes next, each command as it is typed
+    assert (
+        "`icebatch launch --dry-run --force`" in made.stdout
+        and "`icebatch job run --consumer sentiment`" in made.stdout
+    )
     task = (project / "tasks" / "sentiment.yaml").read_text()
     assert "{title}" in task and "{text}" in task and "stars" not in task.split("input_columns")[1].split("\n")[0]
     # and the other commands, typed anywhere in the project, use it: the backlog is the table's 3 rows
@@ -488,6 +494,8 @@ def test_init_scaffolds_a_consumer_of_your_own_table_that_the_other_commands_the
     assert escape.returncode == 2 and not (tmp_path / "x.yaml").exists() and not (project / "x.yaml").exists()
     missing = _in(project, "init", "shop.nothing")
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    misspelt = _in(project, "init", "shop.reveiws")
+    assert misspelt.returncode == 2 and "(did you mean 'shop.reviews'?)" in misspelt.stderr, misspelt.stderr
 
 
 @pytest.mark.parametrize("configured_by", ["environment", ".pyiceberg.yaml"])

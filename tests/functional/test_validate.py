@@ -91,6 +91,29 @@ def test_a_model_whose_context_is_shorter_than_the_setting_is_caught(
     assert "at most 512 tokens" in lines[0] and "ICEBATCH_MAX_MODEL_LEN" in lines[0]
 
 
+def test_a_model_the_consumer_names_and_no_folder_holds_points_at_the_consumers_entry(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a consumer whose own `model:` names a folder that is not there
+    path = consumers_file(tmp_path / "c", {"name": "triage", "model": str(tmp_path / "no-such-model")})
+    monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(path))
+    # when validated, then the fix named is that entry of the consumers file, not the deployment's setting
+    status, lines = _validate(capsys)
+    assert status == 2 and len(lines) == 1 and lines[0].startswith("triage: model: "), lines
+    assert f"Fix the `model:` of consumer 'triage' in {path}" in lines[0]
+    assert "Set ICEBATCH_MODEL_SOURCE" not in lines[0]
+
+
+def test_a_misspelt_source_table_names_the_table_meant(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = consumers_file(tmp_path / "c", {"name": "triage", "source_table": "support.tickts"})
+    monkeypatch.setenv("ICEBATCH_CONSUMERS_FILE", str(path))
+    status, lines = _validate(capsys)
+    assert status == 2 and "(did you mean 'support.tickets'?)" in "\n".join(lines), lines
+    assert "consumer's `source_table` in the consumers file" in "\n".join(lines)
+
+
 def test_a_results_table_whose_columns_cannot_take_the_answers_is_caught(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -55,7 +55,17 @@ def test_a_job_reads_its_one_consumer_from_the_launcher_not_from_a_file(tmp_path
         ("consumers: [{name: Triage, task: tasks/triage.json}]", "entry 1: name: .*lower case"),
         ("consumers: [{name: a, task: tasks/missing.json}]", "entry 1: task file .* does not exist"),
         ("consumers: [{name: a, task: tasks/triage.json, backlog_threshold: '100'}]", "entry 1: backlog_threshold"),
-        ("consumers: [{name: a, task: tasks/triage.json, treshold: 5}]", "entry 1: treshold: Extra inputs"),
+        ("consumers: [{name: a, task: tasks/triage.json, tresh: 5}]", "entry 1: tresh: no such key; the keys are name"),
+        (
+            "consumers: [{name: a, task: tasks/triage.json, backlog_treshold: 5}]",
+            re.escape("backlog_treshold: no such key (did you mean 'backlog_threshold'?)"),
+        ),
+        (
+            "consumers: [{name: a, task: tasks/triage.json, budget: {max_usd_per_rn: 5}}]",
+            re.escape(
+                "budget.max_usd_per_rn: no such key (did you mean 'max_usd_per_run'?); the keys are max_usd_per_run, "
+            ),
+        ),
         ("consumers: [{name: a, task: tasks/triage.json}, {name: a, task: tasks/triage.json}]", "share the name 'a'"),
         ("consumers: [{name: a, task: tasks/triage.json, results_table: support.tickets}]", "cannot be the source"),
         ("consumers: [{name: a, task: tasks/triage.json, budget: {max_usd_per_run: -1}}]", "greater than 0"),
@@ -114,7 +124,7 @@ def test_naming_a_consumer() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"name": "Triage Team"}, "name: Value error, 'Triage Team' must start with a letter"),
+        ({"name": "Triage Team"}, "name: 'Triage Team' must start with a letter"),
         ({"backlog_threshold": "100"}, "backlog_threshold: Input should be a valid integer"),
         ({"max_gpus": 0}, "max_gpus: Input should be greater than or equal to 1"),
         ({"max_staleness_seconds": -1}, "max_staleness_seconds: Input should be greater than or equal to 0"),

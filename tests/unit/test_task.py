@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -121,8 +122,20 @@ def test_results_schema_has_system_and_verdict_columns() -> None:
             "sampling.temperature: Input should be less than or equal to 2",
         ),
         ({"sampling": {"max_tokens": 160, "top_p": 0}}, "sampling.top_p: Input should be greater than 0"),
-        ({"sampling": {"max_tokens": 160, "n": 4}}, "sampling.n: Extra inputs are not permitted"),
-        ({"sampling": {"max_tokens": 160, "tempreature": 0.2}}, "sampling.tempreature: Extra inputs"),
+        ({"sampling": {"max_tokens": 160, "n": 4}}, "sampling.n: no such key; the keys are max_tokens, temperature"),
+        ({"sampling": {"max_tokens": 160, "tempreature": 0.2}}, re.escape("(did you mean 'temperature'?)")),
+        ({"input_colums": ["subject"]}, re.escape("input_colums: no such key (did you mean 'input_columns'?)")),
+        (
+            {"input_columns": ["subject", "bdy", "customer_tier", "channel"]},
+            re.escape(
+                "user_template reads {body}, but input_columns ['subject', 'bdy', 'customer_tier', 'channel'] does "
+                "not list it (did you mean 'bdy'?)"
+            ),
+        ),
+        (
+            {"input_columns": ["subject", "customer_tier", "channel"]},
+            re.escape("does not list it (add 'body' to input_columns)"),
+        ),
         ({"sampling": {"max_tokens": 16, "min_tokens": 32}}, "min_tokens .32. exceeds max_tokens .16."),
         ({"sampling": {"max_tokens": 16, "stop": ["x"] * 17}}, "sampling.stop: List should have at most 16 items"),
         (

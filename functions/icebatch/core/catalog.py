@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from icebatch.core.aws_clients import unreachable
+from icebatch.core.config_files import closest
 from icebatch.core.errors import CatalogUnavailableError, ConfigError, TableNotFoundError
 from icebatch.core.settings import Settings, ensure_folder
 from icebatch.core.untrusted import summarize
@@ -76,7 +77,10 @@ def load_table(catalog: Catalog, identifier: str, *, what: str, fix: str) -> Tab
     try:
         return catalog.load_table(identifier)
     except (NoSuchTableError, NoSuchNamespaceError) as e:
-        raise TableNotFoundError(f"{what} {identifier!r} does not exist in catalog {catalog.name!r}: {fix}") from e
+        hint = closest(identifier, _table_names(catalog, identifier))
+        raise TableNotFoundError(
+            f"{what} {identifier!r} does not exist in catalog {catalog.name!r}{hint}: {fix}"
+        ) from e
     except Exception as e:
         raise _translate(e, catalog) from e
 
@@ -125,5 +129,23 @@ def _translate(error: Exception, catalog: Catalog) -> Exception:
 
 
 SOURCE_FIX = (
-    "check the source table (ICEBATCH_SOURCE_TABLE, or the consumer's), or create and fill it with `icebatch generate`"
+    "check the source table (ICEBATCH_SOURCE_TABLE, or the consumer's `source_table` in the consumers file); the "
+    "example's support.tickets is made and filled by `icebatch generate`"
 )
+
+
+def _table_names(catalog: Catalog, identifier: str) -> list[str]:
+    """The catalog's tables in the namespaces near ``identifier``'s (to suggest the one meant): a local SQL catalog's
+    only (a deployed role need not list a Glue database's tables: it is granted the tables it reads)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    if catalog.properties.get("type") != "sql":
+        return []
+    namespace = identifier.rsplit(".", 1)[0]
+    try:
+        spaces = (
+            [namespace] if catalog.namespace_exists(namespace) else [".".join(n) for n in catalog.list_namespaces()]
+        )
+        return [".".join(t) for space in spaces[:20] for t in catalog.list_tables(space)]
+    except (NoSuchNamespaceError, OSError, ValueError):
+        return []

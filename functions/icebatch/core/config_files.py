@@ -7,8 +7,11 @@ never a traceback; a YAML or JSON syntax error is one line with where it is; a k
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from icebatch.core.errors import InvalidEventError, PermanentError
 from icebatch.core.untrusted import loads_strict, summarize
@@ -92,3 +95,38 @@ def _loader() -> Any:
         StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
         _LOADER = StrictLoader
     return _LOADER
+
+
+def closest(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a misspelt one, else nothing."""
+    import difflib
+
+    found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {found[0]!r}?)" if found else ""
+
+
+def field_problem(item: Mapping[str, Any], model: type[BaseModel]) -> str:
+    """One pydantic error of a file's entry, where and what; an unknown key names the closest key there is."""
+    where = ".".join(str(p) for p in item["loc"])
+    if item["type"] == "extra_forbidden" and item["loc"]:
+        known = _fields_at(model, item["loc"][:-1])
+        if known:
+            return f"{where}: no such key{closest(str(item['loc'][-1]), known)}; the keys are {', '.join(known)}"
+    message = str(item["msg"]).removeprefix("Value error, ")  # a validator's own words, without pydantic's label
+    return f"{where}: {message}" if where else message
+
+
+def _fields_at(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """The field names of the model (or of a nested model field) at ``path``; [] where that is not a model."""
+    for part in path:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        nested = [
+            a
+            for a in getattr(annotation, "__args__", (annotation,))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        if not nested:
+            return []
+        model = nested[0]
+    return list(model.model_fields)

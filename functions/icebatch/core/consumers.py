@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from icebatch.core import untrusted
-from icebatch.core.config_files import load_yaml, read_text
+from icebatch.core.config_files import field_problem, load_yaml, read_text
 from icebatch.core.errors import ConfigError, TaskSpecError
 from icebatch.core.settings import Settings, table_identifier
 from icebatch.core.task import MIN_PROMPT_TOKENS, TaskSpec, load_task
@@ -296,6 +296,4 @@ def consumer_named(consumers: list[Consumer], name: str | None) -> Consumer:
 
 
 def _first(e: ValidationError) -> str:
-    item = e.errors()[0]
-    where = ".".join(str(p) for p in item["loc"]) or "value"
-    return f"{where}: {item['msg']}"
+    return field_problem(e.errors()[0], _Entry)

@@ -37,7 +37,7 @@ from pydantic import (
     model_validator,
 )
 
-from icebatch.core.config_files import load_json, load_yaml, read_text
+from icebatch.core.config_files import closest, field_problem, load_json, load_yaml, read_text
 from icebatch.core.errors import TaskSpecError
 
 if TYPE_CHECKING:
@@ -148,9 +148,14 @@ class TaskSpec(BaseModel):
     @model_validator(mode="after")
     def _template_uses_inputs(self) -> TaskSpec:
         names = {f for _, f, _, _ in string.Formatter().parse(self.user_template) if f}
-        unknown = names - set(self.input_columns)
+        unknown = sorted(names - set(self.input_columns))
         if unknown:
-            raise ValueError(f"user_template uses {sorted(unknown)}, which are not in input_columns")
+            # which of the two is misspelt: a placeholder close to a listed column, or a listed column close to it
+            listed = [c for c in self.input_columns if c not in names]
+            hint = closest(unknown[0], listed) or f" (add {unknown[0]!r} to input_columns)"
+            raise ValueError(
+                f"user_template reads {{{unknown[0]}}}, but input_columns {self.input_columns} does not list it{hint}"
+            )
         if self.truncate_column and self.truncate_column not in self.input_columns:
             raise ValueError(f"truncate_column {self.truncate_column!r} is not in input_columns")
         return self
@@ -318,5 +323,5 @@ def load_task(path: Path | None = None) -> TaskSpec:
     try:
         return TaskSpec.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'spec'}: {x['msg']}" for x in e.errors())
+        problems = "; ".join(field_problem(x, TaskSpec) for x in e.errors())
         raise TaskSpecError(f"task file {source} is invalid: {problems}") from e

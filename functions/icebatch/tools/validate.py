@@ -152,14 +152,14 @@ def _results(ledger: ResultsLedger, consumer: Consumer) -> str:
 
 def _model(settings: Settings, consumer: Consumer) -> str:
     """Where the model is said to be, and a context as long as ICEBATCH_MAX_MODEL_LEN."""
-    from icebatch_job.stages.model import check_model
+    from icebatch_job.stages.model import check_model, model_fix
 
     from icebatch.core.errors import InvalidTaskError
 
     source = consumer.model_source(settings)
     if not source:
         return "the tiny local model (built on first use)"
-    check_model(settings, source)
+    check_model(settings, source, fix=model_fix(settings, consumer))
     config = _local_config(source)
     if config is None:
         return f"{source} (its context is checked by the engine at start)"

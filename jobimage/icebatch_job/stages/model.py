@@ -23,32 +23,45 @@ from icebatch.core.untrusted import summarize
 from icebatch_job.process.runtime import is_remote_model
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
-MODEL_FIX = (
-    "Set ICEBATCH_MODEL_SOURCE to a local model folder, an s3:// prefix holding config.json, the tokenizer "
-    "and *.safetensors, or a Hugging Face id; or unset it to use the tiny local model"
+MODEL_KINDS = (
+    "a local model folder, an s3:// prefix holding config.json, the tokenizer and *.safetensors, or a Hugging Face id"
 )
+MODEL_FIX = f"Set ICEBATCH_MODEL_SOURCE to {MODEL_KINDS}; or unset it to use the tiny local model"
+
+
+def model_fix(settings: Settings, consumer: Consumer | None) -> str:
+    """What to change when the model cannot be read: the consumer's own ``model:`` where it names one, else the
+    deployment's setting."""
+    if consumer is None or not consumer.model:
+        return MODEL_FIX
+    where = settings.launch.consumers_file or "the consumers file"
+    return (
+        f"Fix the `model:` of consumer {consumer.name!r} in {where} ({MODEL_KINDS}), or remove it to use "
+        "ICEBATCH_MODEL_SOURCE's"
+    )
 
 
 def resolve_model(settings: Settings, consumer: Consumer | None = None) -> str:
     """The consumer's model, else the deployment's (checked), else the tiny local model (built on first use)."""
     source = consumer.model_source(settings) if consumer else settings.engine.model_source
     if source:
-        check_model(settings, source)
+        check_model(settings, source, fix=model_fix(settings, consumer))
         return source
     from icebatch_job.example.tiny_model import build_tiny_model
 
     return str(build_tiny_model(settings.tiny_model_dir))
 
 
-def check_model(settings: Settings, source: str) -> None:
-    """Fail fast, with the fix, when the model cannot be read from where it is said to be."""
+def check_model(settings: Settings, source: str, *, fix: str = MODEL_FIX) -> None:
+    """Fail fast, with the fix (``model_fix``: where the model is named), when the model cannot be read from where
+    it is said to be."""
     if source.startswith("s3://"):
-        _check_s3_model(settings, source)
+        _check_s3_model(settings, source, fix)
     elif not is_remote_model(source):
         if not (Path(source) / "config.json").is_file():
-            raise ModelUnavailableError(f"model {source!r} is not a model folder (no config.json). {MODEL_FIX}")
+            raise ModelUnavailableError(f"model {source!r} is not a model folder (no config.json). {fix}")
     elif not source.startswith(("gs://", "hf://")):
-        _check_hub_model(settings, source)
+        _check_hub_model(settings, source, fix)
 
 
 def hub_access(settings: Settings) -> tuple[Path, bool, str | None]:
@@ -61,7 +74,7 @@ def hub_access(settings: Settings) -> tuple[Path, bool, str | None]:
     return cache, offline, environ.get("HF_ENDPOINT") or None
 
 
-def _check_hub_model(settings: Settings, source: str) -> None:
+def _check_hub_model(settings: Settings, source: str, fix: str) -> None:
     """A hub id's config.json, from the cache or the hub (``HF_HUB_OFFLINE``: the cache only), as the engine
     will load it; the engine actor would otherwise fail at its start with a page of traceback."""
     from huggingface_hub import hf_hub_download
@@ -79,24 +92,24 @@ def _check_hub_model(settings: Settings, source: str) -> None:
             source, "config.json", cache_dir=cache, local_files_only=offline, endpoint=endpoint, etag_timeout=10
         )
     except HFValidationError as e:
-        raise ModelUnavailableError(f"model {summarize(source, 100)!r} is not a Hugging Face id. {MODEL_FIX}") from e
+        raise ModelUnavailableError(f"model {summarize(source, 100)!r} is not a Hugging Face id. {fix}") from e
     except RepositoryNotFoundError as e:  # a gated one too (401/403): the token is what is missing
         raise ModelUnavailableError(
             f"model {source!r} is not on the Hugging Face hub, or it needs a token the job does not have (HF_TOKEN). "
-            f"{MODEL_FIX}"
+            f"{fix}"
         ) from e
     except LocalEntryNotFoundError as e:
         if offline:
             raise ModelUnavailableError(
                 f"model {source!r} is not in the Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set: download it "
-                f"there first, or unset HF_HUB_OFFLINE. {MODEL_FIX}"
+                f"there first, or unset HF_HUB_OFFLINE. {fix}"
             ) from e
         raise TransientError(
             f"could not reach the Hugging Face hub for model {source!r} (and it is not in the cache, {cache}): retry "
             "later, or give the job a copy it can reach (a local folder or an s3:// prefix)"
         ) from e
     except EntryNotFoundError as e:
-        raise ModelUnavailableError(f"model {source!r} has no config.json on the hub. {MODEL_FIX}") from e
+        raise ModelUnavailableError(f"model {source!r} has no config.json on the hub. {fix}") from e
     except HfHubHTTPError as e:
         why = summarize(str(e), 200)
         raise TransientError(f"the Hugging Face hub did not answer for model {source!r}: {why}") from e
@@ -107,7 +120,7 @@ def _split_s3(uri: str) -> tuple[str, str]:
     return bucket, prefix.rstrip("/") + "/" if prefix else ""
 
 
-def _check_s3_model(settings: Settings, source: str) -> None:
+def _check_s3_model(settings: Settings, source: str, fix: str) -> None:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -118,7 +131,7 @@ def _check_s3_model(settings: Settings, source: str) -> None:
     except ClientError as e:
         code = str(e.response.get("Error", {}).get("Code", ""))
         if code in {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}:
-            raise ModelUnavailableError(f"no config.json under {source} ({code}). {MODEL_FIX}") from e
+            raise ModelUnavailableError(f"no config.json under {source} ({code}). {fix}") from e
         if code in {"403", "AccessDenied", "Forbidden"}:
             raise ModelUnavailableError(
                 f"the job may not read {source} ({code}): grant its role s3:GetObject on the prefix and "

@@ -47,8 +47,8 @@ def with_home(settings: Settings, command: str, cwd: Path | None = None) -> Sett
         return settings
     raise ConfigError(
         f"no icebatch home here: no {HOME}/ in {here} or any folder above it, so there is no local catalog to read. "
-        f"Fix: run this inside your project (where `icebatch generate` or `make demo` made {HOME}/), or set "
-        "ICEBATCH_HOME"
+        f"Fix: `icebatch init <namespace.table>` here makes a project for your table; or run this inside your "
+        f"project (where `icebatch init`, `icebatch generate` or `make demo` made {HOME}/), or set ICEBATCH_HOME"
     )
 
 

@@ -80,6 +80,7 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
     )
     print(
         "next: edit the task's prompt and output schema, then `icebatch validate`, `icebatch backlog`, "
-        "`icebatch launch --dry-run`"
+        f"`icebatch launch --dry-run --force` (the RayJob it would submit), `icebatch job run --consumer "
+        f"{made.consumer}` (label the rows here), `icebatch results --consumer {made.consumer}`"
     )
     return 0
