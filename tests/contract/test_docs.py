@@ -110,3 +110,50 @@ def test_performance_page_matches_the_latest_benchmark_results() -> None:
     from bench.report import PAGE, render, section
 
     assert section(PAGE.read_text()) == render(), "run `python -m bench.report` (make bench does) and commit it"
+
+
+SETTING = re.compile(r"\bICEBATCH_[A-Z0-9_]+\b")
+
+
+def test_every_setting_the_documents_name_is_one() -> None:
+    from icebatch.core.settings import SECTIONS, Settings
+
+    settings = Settings()
+    known = {f"ICEBATCH_{f.upper()}" for s in SECTIONS for f in type(getattr(settings, s)).model_fields}
+    named = {
+        (doc.relative_to(ROOT), n)
+        for doc in (*DOCUMENTS, *(ROOT / "docs").rglob("*.md"))
+        for n in SETTING.findall(doc.read_text())
+    }
+    assert sorted((str(d), n) for d, n in named if n not in known) == []
+
+
+def test_the_exit_statuses_the_operating_page_gives_are_the_codes() -> None:
+    from icebatch.core import errors
+
+    codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
+    page = (ROOT / "docs" / "operating.md").read_text()
+    paragraph = page[page.index("Exit status:") :].split("\n\n", 1)[0]
+    listed = {int(n) for n in re.findall(r"(?:^|[:,] )(\d+) ", paragraph.replace("\n", " "))}
+    assert listed == codes, (sorted(listed), sorted(codes))
+
+
+def test_every_path_of_the_repository_the_documents_name_is_there() -> None:
+    tops = (
+        "functions/",
+        "jobimage/",
+        "eventbridge/",
+        "sam/",
+        "tests/",
+        "bench/",
+        "docs/",
+        "examples/",
+        "requirements/",
+    )
+    named = {
+        (str(doc.relative_to(ROOT)), path.rstrip("/"))
+        for doc in (*DOCUMENTS, *(ROOT / "docs").rglob("*.md"))
+        for path in re.findall(r"`([\w./-]+)`", doc.read_text())
+        if path.startswith(tops) and "*" not in path and "<" not in path
+    }
+    assert sorted((d, p) for d, p in named if not (ROOT / p).exists()) == []

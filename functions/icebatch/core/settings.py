@@ -173,8 +173,8 @@ class LaunchSettings(Section):
     consumers_file: Path | None = Field(
         default=None,
         description="The consumers of the table (YAML): their tasks, thresholds, budgets. Default: the project's "
-        "`consumers.yaml` beside its home (the command line; `icebatch init` writes one), else "
-        "`functions/icebatch/consumers/consumers.yaml` (bundled with the functions).",
+        "`consumers.yaml` beside its home (the command line; `icebatch init` writes one), else the example's "
+        "(`consumers/consumers.yaml` in the installed `icebatch` package, bundled with the functions).",
     )
     dry_run: bool = Field(default=False, description="Decide and build manifests, never submit (shadow mode).")
     max_attempts: int = Field(

@@ -35,7 +35,8 @@ Typical session on a laptop (no AWS, no GPU):
   icebatch runs                                           # every run, however it ended, with its cost
 
 Configuration comes from ICEBATCH_* environment variables (`icebatch config` lists them all) and the
-consumers file (functions/icebatch/consumers/consumers.yaml, or ICEBATCH_CONSUMERS_FILE).
+consumers file: ICEBATCH_CONSUMERS_FILE, else the project's consumers.yaml (`icebatch init` writes it beside the
+project's .icebatch/), else the example's (consumers/consumers.yaml in the installed icebatch package).
 """
 
 
