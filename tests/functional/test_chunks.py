@@ -11,7 +11,6 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
@@ -20,15 +19,13 @@ from icebatch.core.errors import TaskSpecError, TooManyErrorsError, WatermarkCon
 from icebatch.core.ledger import Key, ResultsLedger, open_ledger
 from icebatch.core.settings import Settings
 from icebatch.tools.history import completed_from_ledger
-from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
 from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
-from icebatch_job.commit.results import result_row, results_arrow_schema
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 from icebatch_job.plan.source import read_rows
 from icebatch_job.plan.work import plan_work
 
 from tests.support.consumers import triage
-from tests.support.runs import Crash, dies_after, expire_all_but_current, run_once, source_ids
+from tests.support.runs import Crash, dies_after, expire_all_but_current, labelled, run_once, source_ids
 
 pytestmark = pytest.mark.functional
 
@@ -336,26 +333,10 @@ def test_a_schema_the_engine_refuses_ends_the_run_as_a_task_error_not_a_transien
         attempt=Attempt(1, "a1"),
         totals=lambda stats, redone: run_totals(plan, stats, redone, attempt_seconds=0.0, model="m"),
     )
-    now = datetime.now(UTC)
-    failed = [
-        result_row(
-            source_id=r[task.id_column],
-            source_file=r[SOURCE_FILE],
-            source_pos=r[SOURCE_POS],
-            source_hash=r[SOURCE_HASH],
-            run_id=plan.run_id,
-            task=task,
-            processed_at=now,
-            model="m",
-            raw_output=None,
-            inference_error=error,
-        )
-        for b in read_rows(work.planned, work.skip)
-        for r in b.to_pylist()
-    ]
+    failed = pa.concat_tables(labelled(plan, read_rows(work.planned, work.skip), task, error=error))
     # when the job hands them to its committer, then a refused schema is the task's fault (permanent: exit 2, no
     # retry), any other engine error stays transient; either way nothing is committed and the range stays pending
     with pytest.raises(raised):
-        committer.add(pa.Table.from_pylist(failed, schema=results_arrow_schema(task)))
+        committer.add(failed)
     assert ledger.results() is None or ledger.results().scan().to_arrow().num_rows == 0
     assert ledger.plan() is not None

@@ -64,7 +64,11 @@ def answer(task: TaskSpec, row: dict) -> dict:
     return {name: p["enum"][0] if "enum" in p else simple[p["type"]] for name, p in properties.items()}
 
 
-def labelled(plan: RunPlan, batches: Iterable[pa.Table], task: TaskSpec = TASK) -> Iterator[pa.Table]:
+def labelled(
+    plan: RunPlan, batches: Iterable[pa.Table], task: TaskSpec = TASK, *, error: str | None = None
+) -> Iterator[pa.Table]:
+    """Result rows of the rows read, by the rule-based labeller (``error``: each row an engine error of that text,
+    as Ray Data LLM's error column carries it, and no answer)."""
     schema = results_arrow_schema(task)
     now = datetime.now(UTC)
     for batch in batches:
@@ -78,7 +82,8 @@ def labelled(plan: RunPlan, batches: Iterable[pa.Table], task: TaskSpec = TASK) 
                 task=task,
                 processed_at=now,
                 model="rules",
-                raw_output=json.dumps(answer(task, t)),
+                raw_output=None if error else json.dumps(answer(task, t)),
+                inference_error=error,
                 num_input_tokens=len(str(t.get(task.truncate_column or task.input_columns[-1]) or "")) // 4,
                 num_generated_tokens=24,
                 llm_seconds=0.0,
