@@ -42,7 +42,7 @@ pytestmark = pytest.mark.aws
 STACK = "icebatch-dev"
 NAMESPACE = "icebatch"
 JOB_TIMEOUT = 900
-ROWS = 200  # at least both bundled consumers' backlog thresholds (triage 100, privacy 200)
+ROWS = 200  # at least both bundled consumers' backlog thresholds (triage 100, privacy 200); too few to pay
 
 
 @dataclass
@@ -187,16 +187,29 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
     [glue_event] = d.drain("LauncherFunction", expect=1)
     assert glue_event["detail"]["typeOfChange"] == "UpdateTable"
 
-    # when the launcher is invoked with the newest metadata event
-    launch = d.invoke("LauncherFunction", s3_events[-1])
+    # when the launcher is invoked with the newest metadata event, then the bundled consumers' cost gate waits: a
+    # run of so few rows would cost more per 1k rows, start-up and idle tail included, than a batch API
+    waits = {x["consumer"]: x for x in d.invoke("LauncherFunction", s3_events[-1]).response["decisions"]}
+    assert {x["decision"] for x in waits.values()} == {"wait"} and world.k8s.names(NAMESPACE) == [], waits
+    more = max(x["rows_to_pay"] for x in waits.values()) - ROWS
+    assert more > 0
+    # when as many more rows as make both runs pay are committed, and the launcher gets that commit's event
+    snapshot = append_tickets(table, generate_tickets(more, random.Random(6)))
+    total = ROWS + more
+    commit_events = [e for e in d.drain("LauncherFunction", expect=1) if e["source"] == "aws.s3"]
+    launch = d.invoke("LauncherFunction", commit_events[-1])
     decisions = {x["consumer"]: x for x in launch.response["decisions"]}
 
     # then it launched a RayJob per consumer (the bundled consumers file: triage and privacy) through the API
     # server EKS names (HTTPS, the cluster's CA, an STS-signed token)
     assert sorted(decisions) == ["privacy", "triage"]
     for decision in decisions.values():
-        assert decision["decision"] == "launch", decision
-        assert (decision["backlog_rows"], decision["current_snapshot_id"], decision["origin"]) == (ROWS, snapshot, "s3")
+        assert decision["decision"] == "launch" and decision["reason"].endswith("it pays"), decision
+        assert (decision["backlog_rows"], decision["current_snapshot_id"], decision["origin"]) == (
+            total,
+            snapshot,
+            "s3",
+        )
     assert world.k8s.names(NAMESPACE) == sorted(x["job_name"] for x in decisions.values())
     assert world.k8s.identities and world.k8s.identities[-1].startswith("arn:aws:sts::")
     manifests = {c: world.k8s.objects[(NAMESPACE, x["job_name"])] for c, x in decisions.items()}
@@ -220,7 +233,7 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
         results = ledger.results()
         assert results is not None and results.metadata.location.startswith(f"s3://{world.bucket}/warehouse/")
         rows = results.scan(selected_fields=("source_id", "task")).to_arrow().to_pylist()
-        assert len(rows) == ROWS and len({r["source_id"] for r in rows}) == ROWS
+        assert len(rows) == total and len({r["source_id"] for r in rows}) == total
         assert {r["task"] for r in rows} == {consumer.task.name}
 
     # and the completion events went through the deployed reporter rule (the launches' announcements did not)
@@ -244,7 +257,7 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
         assert (report["consumer"], report["deployment"]) == (consumer, STACK)
         assert report["cost"]["instance_type"] == "g6.xlarge" and report["cost"]["hourly_rate"] == 0.8048
         assert report["cost"]["rate_source"] == "g6.xlarge on-demand (us-east-1)"
-        assert message["Subject"].startswith(f"icebatch {consumer}: {ROWS} tickets, $")
+        assert message["Subject"].startswith(f"icebatch {consumer}: {total:,} tickets, $")
         # the reporter read the consumer's ledger on Glue, with its role as deployed: this run was its first
         assert report["last_runs"] == [], report.get("last_runs")
 
