@@ -21,7 +21,9 @@ reads how far a killed run got, so a sequence found once replays, and shrinks, w
 
 ``make test`` runs 200 sequences in a fixed order and 200 at random from a fresh seed, printed with the command that
 replays it (``LIFECYCLE_SEED``); ``make test-lifecycle-soak`` runs more (``LIFECYCLE_EXAMPLES``, default 5,000).
-Sequences that once failed are named tests below.
+Sequences that once failed are named tests below. Last soak: seeds 20261206 and 20261207 each found a case (named
+below, fixed); seed 20261208, 5,000 sequences on the fix, 67 min on two cores shared with a CI run: no violation,
+no flaky generation (2026-12-06).
 """
 
 from __future__ import annotations
