@@ -36,6 +36,7 @@ from icebatch.core.events import (
 )
 from icebatch.core.failpoints import arm
 from icebatch.core.ledger import CommitResult, Key, ResultsLedger, RunPlan, RunTotals, open_ledger
+from icebatch.core.ledger.summary import as_recorded
 from icebatch.core.report import completed_text, incremental_state
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import one_line
@@ -516,7 +517,9 @@ def completed(run: JobRun, commit: CommitResult) -> JobResult:
     """The report on the console, and "Batch Job Completed" on the bus."""
     c = run.committer
     assert run.plan is not None and c is not None
-    totals = run.totals(c.stats, c.redone)
+    # the figures the ledger recorded with the run's last commit: the report, `icebatch runs`, `costs` and the budget
+    # all read these, so they agree to the cent (measured again here, the seconds since that commit would differ)
+    totals = as_recorded(c.recorded or run.totals(c.stats, c.redone), run.settings.billing())
     event = completed_event(
         run.plan,
         totals,

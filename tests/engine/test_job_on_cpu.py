@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.errors import ModelUnavailableError
+from icebatch.core.estimate import run_cost
 from icebatch.core.ledger import Key
 from icebatch.core.settings import Settings
 from icebatch.core.task import DEFAULT_TASK, load_task
@@ -67,6 +68,10 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(own_settings: Sett
     detail = completed[0]["detail"]
     assert (detail["rows"], detail["tokens"]["output"]) == (200, int(snap.summary["icebatch.output-tokens"]))
     assert detail["cost"]["lifetime_cost"] > 0
+    # and its cost is the one `icebatch runs` and `costs` read from the ledger, to the last digit: the same record
+    recorded = ledger(s).find_run(result.plan.run_id)
+    assert recorded is not None
+    assert detail["cost"] == run_cost(recorded.totals(s.billing()), s).model_dump(mode="json")
     # and start-up (to the first token) is part of the engine time, ending before the first result
     assert 0 < detail["engine_startup_seconds"] < detail["first_result_seconds"] < detail["engine_seconds"]
     report = "\n".join(printed)

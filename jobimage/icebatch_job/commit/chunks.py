@@ -173,6 +173,7 @@ class ChunkCommitter:
         self.committed = 0  # ... of which this attempt committed
         self.redone = 0  # ... of which another attempt had committed first
         self.commit_seconds = 0.0  # spent writing and committing chunks before the last: what chunking costs
+        self.recorded: RunTotals | None = None  # the run's totals as the last commit recorded them in the ledger
 
     # --- feeding ----------------------------------------------------------------------------------
     def add(self, rows: pa.Table) -> None:
@@ -256,12 +257,13 @@ class ChunkCommitter:
             )
             redone = self.redone + held.num_rows - fresh.num_rows
             delete, notes = self.finalize(fresh) if chunk.final and self.finalize else (None, {})
+            totals = self.totals(stats, redone)
             try:
                 result = self.ledger.commit_chunk(
                     self.plan,
                     chunk,
                     files,
-                    self.totals(stats, redone),
+                    totals,
                     expected_head=self.head,
                     delete=delete,
                     notes=notes,
@@ -272,6 +274,7 @@ class ChunkCommitter:
                 continue
             break
         self.head, self.chunks, self.stats, self.redone = result.ledger_snapshot_id, chunk.number, stats, redone
+        self.recorded = totals
         self.done.add_table(fresh)
         self.committed += fresh.num_rows
         if final and not complete:

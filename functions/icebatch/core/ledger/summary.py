@@ -232,6 +232,13 @@ class RunRecord:
         )
 
 
+def as_recorded(totals: RunTotals, billing_default: BillingRate) -> RunTotals:
+    """``totals`` as a ledger commit records them (their summary's text, read back as every reader of the ledger reads
+    it): a report made from these agrees with `icebatch runs`, `costs` and the budget to the last digit."""
+    record = RunRecord("", 0, 0, None, 0, "", 0, totals.summary())
+    return record.totals(billing_default)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Reading the ledger's metadata
 # ---------------------------------------------------------------------------------------------------
