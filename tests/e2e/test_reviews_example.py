@@ -52,8 +52,12 @@ def test_the_reviews_example_runs_as_its_readme_says(tmp_path: Path) -> None:
         done = _run(line, project, env)
         assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         out[line] = out.get(line, "") + done.stdout
-    # and the first launch labelled the 20 reviews, the second only the 12 new ones, in the table's own words
-    launches = out["icebatch launch"]
+    # and a launch of so few rows waited for one that pays (the cost gate), saying so in the table's own words
+    assert (
+        "decision                      : wait" in out["icebatch launch"] and "20 reviews" not in out["icebatch launch"]
+    )
+    # and the first forced launch labelled the 20 reviews, the second only the 12 new ones, in the table's own words
+    launches = out["icebatch launch --force"]
     assert launches.count("submission                    : ran in-process: completed") == 2, launches
     assert "tickets" not in launches and "20 reviews" in launches and "12 reviews" in launches, launches
     # and the unhappy reviews' verdicts came with their text, one each, and nothing else
