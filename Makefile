@@ -42,7 +42,7 @@ help:
 	@echo "make test-hygiene - the real job ended every way (signals, its group, its terminal); nothing may outlive it"
 	@echo "make test-reliability - the concurrency tests alone, then 20 times in a shuffled order"
 	@echo "make test-lifecycle-soak - random table lifecycles with runs, kills and resumes (LIFECYCLE_EXAMPLES=5000)"
-	@echo "make bench  - run the benchmarks (results in bench/results/)"
+	@echo "make bench  - run the benchmarks (results in bench/results/); BENCH_BEFORE=<git rev> also runs the job as it was then"
 	@echo "make bench-gpu - the job vs a bare vllm.LLM on one NVIDIA GPU, Llama-3.1-8B shape (in the job image)"
 	@echo "make docs   - build the documentation site into site/ (mkdocs-material)"
 	@echo "make lint   - ruff + mypy only"
@@ -177,8 +177,8 @@ bench: env
 	$(PY) -m bench.backlog_scaling
 	$(PY) -m bench.streaming_history
 	$(PY) -m bench.content_identity
-	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 3
-	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 2 --model small
+	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 3 $(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))
+	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 2 --model small --output-tokens 96
 	$(PY) -m bench.scale_out --rows 1000
 	$(PY) -m bench.chunk_cost --rows 2000
 	$(PY) -m bench.tokens_per_row

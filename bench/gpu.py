@@ -81,7 +81,6 @@ def fixed_length_consumers(folder: Path, output_tokens: int) -> Path:
         "max_tokens": output_tokens,
         "min_tokens": output_tokens,
         "ignore_eos": True,
-        "detokenize": False,
     }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "fixed-length.json").write_text(json.dumps(task))
@@ -128,8 +127,6 @@ def main() -> None:
     args = parser.parse_args()
     gpus = gpu_or_exit()  # before anything heavy: a clear line and a non-zero exit where there is no GPU
 
-    from icebatch_job.process.engine_processes import process_start_on
-
     from bench.pipeline_vs_bare import _home, run_bare, run_job
 
     root = Path(tempfile.mkdtemp(prefix="icebatch-bench-gpu-"))
@@ -165,9 +162,6 @@ def main() -> None:
         "end_to_end_ratio": bare["wall_s"] / job["wall_s"],
         "generation_ratio": job["generation_tok_per_s"] / bare["generation_tok_per_s"],
         "seed_reference_tok_per_s": 2776,
-        # how the job's engine started vLLM's processes (ICEBATCH_ENGINE_PROCESS_START=auto spawns on a GPU
-        # until this bench shows the fork server pays there too)
-        "engine_process_start": process_start_on("gpu", settings.engine.engine_process_start),
     }
     path = write("gpu", result)
     print(

@@ -5,8 +5,7 @@ model cache), alternated in one run (B J, then J B, ...) so that drift on a nois
 
 - **bare**: ``python -m bench.bare_job``: a plain script that reads the table, builds the same prompts,
   constructs ``vllm.LLM`` with the job's engine arguments and generates with the same sampling and
-  structured output (``bench/bare_job.py``). It writes nothing back, and vLLM detokenizes its answers as
-  tokens arrive (its default; the job's engine decodes each answer once: ``icebatch_job.stages.engine_outputs``).
+  structured output (``bench/bare_job.py``). It writes nothing back.
 - **job**: ``python -m icebatch_job run`` as the RayJob runs it: Ray start, read, engine start in Ray
   Data LLM's actors, generation, parsing, chunked commits to Iceberg, the completion event.
 
@@ -21,9 +20,15 @@ Reported, per run and as medians:
 ``--model small`` runs both sides on a bigger model of the same kind (a random-weight Llama, hidden 512,
 6 layers, ~20 M parameters, vLLM's dummy loader, the tiny tokenizer), which generates several times fewer
 tokens per second: more of what a token costs is the model's compute, less the software around it. Its
-results file is ``pipeline_vs_bare_small``.
+results file is ``pipeline_vs_bare_small``. ``--output-tokens N`` makes every answer exactly N tokens
+(``min_tokens = max_tokens``, end of sequence ignored, no structured output, as ``bench.gpu`` does), so that
+both sides generate the same tokens: the comparison is then of equal work.
 
-    python -m bench.pipeline_vs_bare --rows 2000 [--runs 3] [--model tiny|small]
+``--before REV`` runs, in every round beside the other two, the job as it was at git revision ``REV`` (its
+``functions`` and ``jobimage``, exported to a temporary folder), over the same rows: what a change to the
+job did to its start-up and its whole process, measured in the same run.
+
+    python -m bench.pipeline_vs_bare --rows 2000 [--runs 3] [--model tiny|small] [--output-tokens N] [--before REV]
 """
 
 from __future__ import annotations
@@ -100,6 +105,11 @@ def run_bare(settings: Any, cache: Path) -> dict[str, Any]:
 
 def run_job(settings: Any, cache: Path, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     env = {**_environment(settings, cache), **(extra_env or {})}
+    if "ICEBATCH_BENCH_CODE" in env:  # --before: the job's code as it was (its packages first on the path)
+        code = Path(env.pop("ICEBATCH_BENCH_CODE"))
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(code / "functions"), str(code / "jobimage"), env.get("PYTHONPATH", "")]
+        )
     started, wall, stdout = _process(
         [sys.executable, "-m", "icebatch_job", "run", "--json"], env, settings.home / "job.log"
     )
@@ -153,6 +163,20 @@ def warm_start(prefix: str, size: str = "tiny") -> tuple[str, Path, Path, dict[s
     return model, root, root / "shared", overrides
 
 
+def export_revision(rev: str, root: Path) -> Path:
+    """The repository's ``functions`` and ``jobimage`` at ``rev``, in a folder of ``root``."""
+    repo = Path(__file__).resolve().parents[1]
+    folder = root / f"code-{rev.replace('/', '_')}"
+    folder.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", rev, "functions", "jobimage"],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2000)
@@ -160,17 +184,34 @@ def main() -> None:
     parser.add_argument(
         "--model", choices=("tiny", "small"), default="tiny", help="tiny (1.4 M parameters) or small (~20 M, random)"
     )
+    parser.add_argument(
+        "--output-tokens", type=int, default=None, help="every answer exactly this many tokens (equal work)"
+    )
+    parser.add_argument("--before", metavar="REV", default=None, help="also run the job as it was at git REV")
     args = parser.parse_args()
 
     model, root, cache, overrides = warm_start("icebatch-bench-e2e-", args.model)
+    if args.output_tokens is not None:
+        from bench.gpu import fixed_length_consumers
+
+        overrides |= {
+            "structured_output": False,
+            "consumers_file": fixed_length_consumers(root / "consumers", args.output_tokens),
+        }
+    sides = ["bare", "job"] + (["before"] if args.before else [])
+    before_env = {"ICEBATCH_BENCH_CODE": str(export_revision(args.before, root))} if args.before else {}
     runs: list[dict[str, Any]] = []
     for i in range(args.runs):
-        order = ["bare", "job"] if i % 2 == 0 else ["job", "bare"]
+        order = sides[i % len(sides) :] + sides[: i % len(sides)]  # each side first in turn
+        order = order if i % 2 == 0 else order[::-1]
         sample: dict[str, Any] = {}
         for side in order:
             settings = _home(root, f"{side}-{i}", args.rows, model, **overrides)
             print(f"[run {i + 1}/{args.runs}] {side}: {args.rows} rows ...", flush=True)
-            sample[side] = (run_bare if side == "bare" else run_job)(settings, cache)
+            if side == "bare":
+                sample[side] = run_bare(settings, cache)
+            else:
+                sample[side] = run_job(settings, cache, before_env if side == "before" else None)
             print(f"    {sample[side]['wall_s']:.1f} s", flush=True)
         sample["ratio"] = sample["bare"]["wall_s"] / sample["job"]["wall_s"]
         runs.append(sample)
@@ -186,11 +227,22 @@ def main() -> None:
         "runs": runs,
         "end_to_end_ratio": ratio,
         "end_to_end_ratio_spread": [round(min(r["ratio"] for r in runs), 3), round(max(r["ratio"] for r in runs), 3)],
-        "median": {side: {k: med(side, k) for k in runs[0][side]} for side in ("bare", "job")},
+        "median": {side: {k: med(side, k) for k in runs[0][side]} for side in sides},
         "generation_ratio": gen_ratio,
         "engine_dtype": _dtype(),
+        "output_tokens_per_row": args.output_tokens,  # None: the task's answers, as long as the model makes them
         "goals": {"end_to_end_ratio": ">= 0.95"},
     }
+    if args.before:
+        result["before"] = {
+            "revision": args.before,
+            "commit": subprocess.run(
+                ["git", "rev-parse", args.before], capture_output=True, text=True, check=True
+            ).stdout.strip(),
+            "end_to_end_ratio": median([r["bare"]["wall_s"] / r["before"]["wall_s"] for r in runs]),
+            "wall_change_s": med("job", "wall_s") - med("before", "wall_s"),
+            "first_token_change_s": med("job", "first_token_s") - med("before", "first_token_s"),
+        }
     path = write("pipeline_vs_bare" if args.model == "tiny" else "pipeline_vs_bare_small", result)
     spread = result["end_to_end_ratio_spread"]
     print(
@@ -219,6 +271,14 @@ def main() -> None:
             ]
         )
     )
+    if args.before:
+        b = result["before"]
+        print(
+            f"\nthe job at {args.before}: {med('before', 'wall_s'):.1f} s whole "
+            f"({b['end_to_end_ratio']:.2f} bare/job), "
+            f"first token at {med('before', 'first_token_s'):.1f} s; now {b['wall_change_s']:+.1f} s whole, "
+            f"{b['first_token_change_s']:+.1f} s to the first token"
+        )
     print(f"\nwritten: {path}")
 
 

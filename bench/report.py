@@ -55,6 +55,21 @@ def _job_vs_bare(p: dict[str, Any], title: str) -> list[str]:
         f"| {b['first_token_s'] / j['first_token_s']:.2f} | |",
         f"| ... generation, output tok/s (first token to last result) | {b['generation_tok_per_s']:,.0f} | "
         f"{j['generation_tok_per_s']:,.0f} | {p['generation_ratio']:.2f} | |",
+        *_before(p),
+    ]
+
+
+def _before(p: dict[str, Any]) -> list[str]:
+    """The job as it was at an earlier commit, run in the same rounds (``--before``), when it was."""
+    before = p.get("before")
+    if not before:
+        return []
+    was, j = p["median"]["before"], p["median"]["job"]
+    return [
+        f"| ... the job as it was at `{before['commit'][:7]}` ({before['revision']}), same rounds: whole process, "
+        f"first token | {was['wall_s']:.1f} s, {was['first_token_s']:.1f} s | {j['wall_s']:.1f} s, "
+        f"{j['first_token_s']:.1f} s | {before['end_to_end_ratio']:.2f} then (bare/job); now "
+        f"{before['wall_change_s']:+.1f} s whole, {before['first_token_change_s']:+.1f} s to the first token | |"
     ]
 
 
@@ -91,7 +106,9 @@ def render() -> str:
                 f"; measured on another machine: {cpu.get('model', 'an unrecorded CPU')} "
                 f"({', '.join(cpu.get('flags', [])) or 'no flags recorded'}){_dtype_note(small)}"
             )
-        lines += _job_vs_bare(small, f"the same, a ~20 M-parameter random Llama (`--model small`{pace})")
+        fixed = small.get("output_tokens_per_row")
+        equal = f", every answer {fixed} tokens on both sides" if fixed else ""
+        lines += _job_vs_bare(small, f"the same, a ~20 M-parameter random Llama (`--model small`{equal}{pace})")
     so = _latest("scale_out")
     if so:
         one, two = so["samples"]["1"], so["samples"]["2"]

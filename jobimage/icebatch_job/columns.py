@@ -15,13 +15,12 @@ TOKENIZED_PROMPT = "tokenized_prompt"
 SAMPLING_PARAMS = "sampling_params"
 # ... and writes (the endpoint stage writes the same)
 GENERATED_TEXT = "generated_text"
-GENERATED_TOKENS = "generated_tokens"  # the answer's token ids (decoded in the engine's actor: engine_outputs)
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_GENERATED_TOKENS = "num_generated_tokens"
 TIME_TAKEN_LLM = "time_taken_llm"
 INFERENCE_ERROR = "__inference_error__"
 
-# what the driver's parse reads of an engine output row; the engine's actor sends on no more (engine_outputs)
+# what the driver's parse reads of an engine output row; the processor's postprocess sends on no more
 PARSED_FIELDS = (
     SOURCE_ID,
     SOURCE_FILE,

@@ -363,11 +363,11 @@ def _committer(run: JobRun, policy: ChunkPolicy, release: Callable[[int], None] 
 
 def start(run: JobRun) -> BuiltPipeline:
     """Ray, what is already done, the read of the rest of the range, and the pipeline (the engine starts
-    as the pipeline executes). The driver imports what the build needs while Ray starts, never vLLM
-    (``icebatch_job.process.driver_imports``)."""
+    as the pipeline executes). The driver imports what the build needs while Ray starts
+    (``icebatch_job.process.warm_imports``)."""
     from icebatch_job.commit.window import chunk_size, commit_every
-    from icebatch_job.process.driver_imports import driver_imports
-    from icebatch_job.process.runtime import init_ray, prepare_environment, usage_stats_on
+    from icebatch_job.process.runtime import init_ray, prepare_environment
+    from icebatch_job.process.warm_imports import imports_in_background
     from icebatch_job.stages.model import resolve_model
     from icebatch_job.stages.pipeline import in_flight_rows
 
@@ -390,7 +390,7 @@ def start(run: JobRun) -> BuiltPipeline:
     # before anything imports torch or transformers: they read their cache locations once, at import
     env = prepare_environment(s, device=engine.device if engine.device != "auto" else "cpu", model=run.model)
     _say_what_runs(run)
-    with driver_imports(usage_stats=usage_stats_on(env)) if engine.engine_mode == "engine" else nullcontext():
+    with imports_in_background() if engine.engine_mode == "engine" else nullcontext():
         began = time.monotonic()
         init_ray(s, env)
         console.phase(

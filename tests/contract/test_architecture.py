@@ -10,7 +10,10 @@ The data plane has rooms, each a folder (its ``__init__`` says what lives there)
     the job (icebatch_job.job, .cli, .progress)
         -> stages (the pipeline: prompts, engine or endpoint, parse)
             -> plan (what a run reads) -> commit (what a run writes and what is done)
-            -> process (the job's process life: Ray, the engine's processes, signals, stall, what ends them)
+            -> process (the job's process life: its environment, Ray's start, signals, stall)
+                -> local (a Ray instance of the job's own on this machine, and every process of it ending with
+                   the job: what only a job without a cluster needs, entered only where the job starts Ray
+                   without one; a RayJob's pod loads none of it)
             -> example (support tickets, the tiny model)
     ``icebatch_job.columns``: the column names every stage agrees on, imported from anywhere.
 
@@ -24,6 +27,8 @@ for its review, not a number for a test to meet, and never a reason to pack line
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,7 +43,8 @@ LAYERS = {  # a module may import its own layer and those listed
     "icebatch.tools": {"icebatch.tools", "icebatch.control", "icebatch.core", "icebatch_job"},
 }
 ROOMS = {  # a data-plane room may import itself and those listed (and icebatch_job.columns)
-    "icebatch_job.process": set(),
+    "icebatch_job.local": set(),
+    "icebatch_job.process": {"icebatch_job.local"},
     "icebatch_job.example": set(),
     "icebatch_job.commit": set(),
     "icebatch_job.plan": {"icebatch_job.commit"},
@@ -109,7 +115,7 @@ def _room(module: str) -> str | None:
 
 def test_every_data_plane_module_is_in_a_room() -> None:
     stray = [m for m in MODULES if m.startswith("icebatch_job") and not _room(m) and m not in TOP_OF_THE_DATA_PLANE]
-    assert stray == [], "put each data-plane module in a room (stages, plan, commit, process, example)"
+    assert stray == [], "put each data-plane module in a room (stages, plan, commit, process, local, example)"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _room(m)))
@@ -181,3 +187,76 @@ def test_every_lambda_handler_is_thin() -> None:
     }
     fat = [f"{m}: {_length(f)}" for m, f in handlers if _length(f) > MAX_HANDLER_LINES]
     assert fat == []
+
+
+LOCAL = "icebatch_job.local"
+# the one door to the local room: the job's Ray start, when there is no cluster to connect to
+DOOR = ("process/runtime.py", "init_ray")
+
+MAIN_PATH = """
+import sys
+import icebatch_job.__main__, icebatch_job.cli, icebatch_job.job
+import icebatch_job.stages.pipeline, icebatch_job.stages.parse, icebatch_job.stages.prompts, icebatch_job.stages.model
+import icebatch_job.stages.endpoint, icebatch_job.commit.chunks, icebatch_job.commit.done, icebatch_job.commit.window
+import icebatch_job.plan.work, icebatch_job.plan.source, icebatch_job.process.runtime, icebatch_job.process.warm_imports
+print(sorted(m for m in sys.modules if m == "icebatch_job.local" or m.startswith("icebatch_job.local.")))
+"""
+
+
+def _imports_of_local(path: Path) -> list[tuple[str, int]]:
+    """(enclosing function, line) of every import of the local room in ``path``."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
+            modules = []
+            if isinstance(child, ast.Import):
+                modules = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.module:
+                modules = [child.module]
+            if any(m == LOCAL or m.startswith(f"{LOCAL}.") for m in modules):
+                found.append((function, child.lineno))
+            visit(child, name)
+
+    visit(ast.parse(path.read_text()), "<module>")
+    return found
+
+
+def test_the_job_imports_the_local_room_only_where_it_starts_a_ray_of_its_own() -> None:
+    # given every module of the data plane outside the local room
+    job = SOURCES["icebatch_job"]
+    modules = [p for p in job.rglob("*.py") if p.relative_to(job).parts[0] != "local"]
+    assert len(modules) > 20
+    # then the local room is imported in one place: the job's Ray start, when it has no cluster to connect to
+    doors = {(str(p.relative_to(job)), function) for p in modules for function, _ in _imports_of_local(p)}
+    assert doors == {DOOR}, doors
+
+
+def test_the_jobs_main_path_loads_no_local_module() -> None:
+    # given a fresh interpreter; when it imports what a RayJob's pod runs (the entry point, plan, stages, commit)
+    done = subprocess.run([sys.executable, "-c", MAIN_PATH], capture_output=True, text=True, timeout=300)
+    # then no module of the local room is loaded
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def _private_imports(path: Path) -> list[str]:
+    """Imports of Ray's or vLLM's private modules (``_internal``, ``_private``, any ``_name``) in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] in ("ray", "vllm") and any(p.startswith("_") for p in parts[1:]):
+                found.append(f"{path.name}:{node.lineno} {name}")
+    return found
+
+
+def test_the_product_imports_no_private_module_of_ray_or_vllm() -> None:
+    # given the job image's and the functions' code
+    code = [*SOURCES["icebatch_job"].rglob("*.py"), *SOURCES["icebatch"].rglob("*.py")]
+    # then every Ray and vLLM module it imports is a public one
+    assert [hit for p in code for hit in _private_imports(p)] == []

@@ -14,6 +14,11 @@ from icebatch.core.consumers import load_consumers
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
 
+# Ray Core's ERROR line for every actor Ray Data restarts without end whose constructor takes a reference
+RAY_57733 = re.compile(
+    r"core_worker\.cc:\d+: Actor with class name: 'MapWorker\(MapBatches\(vLLMEngineStageUDF\)\)' .* has constructor "
+    r"arguments in the object store and max_restarts > 0"
+)
 pytestmark = pytest.mark.e2e
 
 
@@ -65,10 +70,13 @@ def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_
     assert {r["service"] for r in records} == {"icebatch-launcher", "icebatch-reporter"}
     assert [k for r in records for k in r if k.startswith("_ray")] == []
     # and a successful demo says nothing at ERROR level: no Ray core line (`[... E pid pid] core_worker.cc`), no
-    # Python ERROR record
+    # Python ERROR record; but Ray's own line about the vLLM stage it builds (restarts with constructor arguments
+    # in the object store, ray-project/ray#57733: docs/limitations.md), once per job
     said = done.stderr + consoles
     errors = [line for line in said.splitlines() if re.search(r"^\[[^]]* E \d+ \d+\]|\bERROR\b", line)]
-    assert errors == [], errors[:5]
+    upstream = [line for line in errors if RAY_57733.search(line)]
+    assert [line for line in errors if line not in upstream] == [], errors[:5]
+    assert len(upstream) <= 2, upstream  # one per job: triage, privacy
     assert "Progress bars disabled" not in said  # icebatch turned them off and prints its own progress
     # and each consumer's results table holds every ticket once
     settings = Settings(home=home)

@@ -15,7 +15,7 @@ from icebatch.core.settings import Settings
 from icebatch.tools.invoke import invoke
 from icebatch.tools.local_backend import LocalBackend
 from icebatch_job.example.tickets import ensure_source_table, generate
-from icebatch_job.process.runtime import ray_temp_dir
+from icebatch_job.local.ray_instance import ray_temp_dir
 
 from tests.engine.conftest import ledger
 

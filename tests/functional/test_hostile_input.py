@@ -362,7 +362,7 @@ def test_what_a_killed_job_started_is_killed_by_its_watchdog() -> None:
     # given a process that starts the watchdog, then a child with a grandchild (as Ray starts its workers)
     script = (
         "import os, signal, subprocess, sys, time\n"
-        "from icebatch_job.process.reaper import start_reaper\n"
+        "from icebatch_job.local.reaper import start_reaper\n"
         "start_reaper()\n"
         "child = subprocess.Popen([sys.executable, '-c', "
         '\'import subprocess, time; subprocess.Popen(["sleep", "300"]); time.sleep(300)\'])\n'

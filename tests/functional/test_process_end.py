@@ -3,8 +3,8 @@
 A reader of the job's output (a pipe, a RayJob's pod, the GPU node under it) waits for the process and its
 streams to end, and nothing the job started may outlive it. These tests drive the job's entry point pieces
 as the process uses them: the end of the process (``icebatch_job.process.runtime.end_process``), the
-kernel's guarantees it asks for (``icebatch_job.process.lineage``) and its watchdog
-(``icebatch_job.process.reaper``). The real job ended every way, with its engine, is tests/hygiene.
+kernel's guarantees it asks for (``icebatch_job.local.lineage``) and its watchdog
+(``icebatch_job.local.reaper``). The real job ended every way, with its engine, is tests/hygiene.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_the_job_process_ends_with_the_status_it_was_given() -> None:
 
 WATCHED = """
 import os, subprocess, sys, time
-from icebatch_job.process.reaper import start_reaper
+from icebatch_job.local.reaper import start_reaper
 
 child = subprocess.Popen(["sleep", "300"], start_new_session=True)  # in a group of its own, as vLLM's are
 watchdog = start_reaper(poll_seconds=3600)  # it looks for the job's descendants now, then not for an hour
@@ -135,42 +135,9 @@ def test_the_watchdog_outlives_a_kill_of_the_jobs_whole_process_group() -> None:
     assert alive == []
 
 
-PARENT_OF_A_DYING_CHILD = """
-import subprocess, sys
-child = subprocess.Popen([sys.executable, "-c", (
-    "import os, sys, time; from icebatch_job.process.lineage import die_with_parent; "
-    "assert die_with_parent(); print(os.getpid(), flush=True); time.sleep(300)"
-)], start_new_session=True)  # not in the parent's group: a signal to the group does not reach it
-print(child.pid, flush=True)
-sys.stdin.readline()
-"""
-
-
-def test_a_process_that_asked_dies_when_its_parent_is_killed() -> None:
-    # given a process whose child asked the kernel to die with it (as the engine's processes do)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", PARENT_OF_A_DYING_CHILD],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": CODE},
-    )
-    assert proc.stdout is not None
-    child = psutil.Process(int(proc.stdout.readline()))
-    assert proc.stdout.readline().strip() == str(child.pid)  # it has asked
-    # when the parent is killed without notice (nothing of it runs)
-    proc.kill()
-    proc.wait(30)
-    # then the kernel kills the child at once
-    _, alive = psutil.wait_procs([child], timeout=10)
-    for p in alive:
-        p.kill()
-    assert alive == []
-
-
 SUBREAPER = """
 import os, subprocess, sys, time
-from icebatch_job.process.lineage import adopt_orphans, end_descendants
+from icebatch_job.local.lineage import adopt_orphans, end_descendants
 assert adopt_orphans()
 # a child that starts a grandchild in a session of its own, then exits: the grandchild is an orphan
 middle = subprocess.Popen([sys.executable, "-c",

@@ -136,7 +136,7 @@ def engine_replicas(logs: Path) -> dict[int, dict[str, object]]:
     replicas: dict[int, dict[str, object]] = {}
     for err in logs.glob("worker-*.err"):
         text = err.read_text(errors="replace")
-        if "EngineStageUDF" not in text:  # icebatch_job.stages.engine_stage wraps Ray Data LLM's vLLMEngineStageUDF
+        if "vLLMEngineStageUDF" not in text:  # Ray Data LLM's vLLM stage
             continue
         pid = int(err.stem.rsplit("-", 1)[1])
         node = ""

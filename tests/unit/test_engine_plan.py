@@ -9,7 +9,6 @@ from icebatch_job.process.runtime import (
     engine_has_native_bf16,
     is_remote_model,
     job_environment,
-    usage_stats_on,
 )
 from icebatch_job.stages.pipeline import engine_config, in_flight_rows, processor_config
 
@@ -96,18 +95,6 @@ def test_job_environment_keeps_caches_under_home(tmp_path) -> None:  # type: ign
         assert env[key].startswith(str(tmp_path)), key
     assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert "HF_HUB_OFFLINE" not in job_environment(Settings(model_source="meta-llama/Llama-3.1-8B"), device="gpu")
-
-
-@pytest.mark.parametrize(("value", "on"), [("0", False), ("1", True), (None, True)])
-def test_ray_usage_stats_are_off_in_the_job_unless_set_before(value: str | None, on: bool) -> None:
-    # given the job's environment, and a RAY_USAGE_STATS_ENABLED the operator set before (or Ray's default)
-    env = job_environment(Settings(), device="cpu")
-    assert usage_stats_on(env) is False
-    effective = {k: v for k, v in env.items() if k != "RAY_USAGE_STATS_ENABLED"}
-    if value is not None:
-        effective["RAY_USAGE_STATS_ENABLED"] = value
-    # then one rule says whether they are on (dashboard process, driver's transformers, telemetry actor)
-    assert usage_stats_on(effective) is on
 
 
 @pytest.mark.parametrize(

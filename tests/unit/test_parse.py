@@ -21,10 +21,10 @@ from icebatch_job.columns import (
 )
 from icebatch_job.commit.results import STATUS_EMPTY, STATUS_ERROR, STATUS_INVALID, STATUS_OK
 from icebatch_job.stages.parse import ResultParser
+from icebatch_job.stages.pipeline import parsed_fields
 
 pytestmark = pytest.mark.unit
 TASK = load_task()
-DATA = "__data"  # Ray Data LLM's processor column (Processor.DATA_COLUMN)
 GOOD = '{"sentiment":"negative","urgency":"high","category":"billing","summary":"Charged twice"}'
 
 
@@ -46,18 +46,21 @@ def _engine_row(i: int, **kw: object) -> dict:
     }
 
 
-def test_engine_outputs_in_the_processors_data_column_become_one_result_row_each() -> None:
-    # given a batch shaped as Ray Data LLM's vLLM stage emits it: every row inside the processor's data column,
-    # one answer valid, one not JSON, one engine failure (no generated text), one blank ticket
+def test_engine_outputs_as_the_processor_emits_them_become_one_result_row_each() -> None:
+    # given a batch as Ray Data LLM's processor emits it with the job's postprocess: answered rows cut to the
+    # parsed fields, a failed row with all it had (it skips the postprocess), columns a row lacks filled with
+    # None (Ray Data's block builder); one answer valid, one not JSON, one engine failure, one blank ticket
+    failed = {k: v for k, v in _engine_row(2, **{INFERENCE_ERROR: "engine died"}).items() if k != GENERATED_TEXT}
     rows = [
-        _engine_row(0),
-        _engine_row(1, **{GENERATED_TEXT: '{"sentiment":"neg'}),
-        {k: v for k, v in _engine_row(2, **{INFERENCE_ERROR: "engine died"}).items() if k != GENERATED_TEXT},
-        _engine_row(3, **{EMPTY_INPUT: True}),
+        parsed_fields(_engine_row(0)) | {INFERENCE_ERROR: ""},
+        parsed_fields(_engine_row(1, **{GENERATED_TEXT: '{"sentiment":"neg'})) | {INFERENCE_ERROR: ""},
+        failed,
+        parsed_fields(_engine_row(3, **{EMPTY_INPUT: True})) | {INFERENCE_ERROR: ""},
     ]
-    batch = pa.table({DATA: rows})
+    names = sorted({k for r in rows for k in r} - {SAMPLING_PARAMS})
+    batch = pa.table({k: [r.get(k) for r in rows] for k in names})
     # when the driver parses it
-    out = ResultParser(TASK, "run-1", "tiny", data_column=DATA)(batch).to_pylist()
+    out = ResultParser(TASK, "run-1", "tiny")(batch).to_pylist()
     # then each row has exactly one result, in order, with its status and what it came from
     assert [r["source_id"] for r in out] == ["t-0", "t-1", "t-2", "t-3"]
     assert [r["status"] for r in out] == [STATUS_OK, STATUS_INVALID, STATUS_ERROR, STATUS_EMPTY]
@@ -68,6 +71,16 @@ def test_engine_outputs_in_the_processors_data_column_become_one_result_row_each
     assert [r["source_pos"] for r in out] == [0, 1, 2, 3]
 
 
+def test_the_postprocess_sends_on_only_the_parsed_fields() -> None:
+    # given an answered row as Ray Data LLM's vLLM stage writes it (prompt ids, sampling parameters and all)
+    row = _engine_row(0)
+    # when the processor's postprocess keeps what the driver reads
+    kept = parsed_fields(row)
+    # then the prompt's token ids and the per-row sampling parameters stay behind, the answer goes on
+    assert TOKENIZED_PROMPT not in kept and SAMPLING_PARAMS not in kept
+    assert kept[GENERATED_TEXT] == GOOD and kept[SOURCE_ID] == "t-0"
+
+
 def test_flat_endpoint_outputs_parse_the_same_way() -> None:
     # given the endpoint stage's flat columns (no data column)
     flat = {k: [v] for k, v in _engine_row(7).items() if k not in (TOKENIZED_PROMPT, SAMPLING_PARAMS)}
@@ -76,15 +89,3 @@ def test_flat_endpoint_outputs_parse_the_same_way() -> None:
     out = ResultParser(TASK, "run-2", "endpoint")(pa.table(flat)).to_pylist()
     # then the same result row comes out
     assert len(out) == 1 and out[0]["status"] == STATUS_OK and out[0]["source_id"] == "t-7"
-
-
-def test_rows_ray_data_kept_as_python_objects_parse_the_same_way() -> None:
-    from ray.data._internal.object_extensions.arrow import ArrowPythonObjectArray
-
-    # given the processor's data column held as pickled Python objects (Ray Data's fallback for values Arrow
-    # cannot hold)
-    batch = pa.table({DATA: ArrowPythonObjectArray.from_objects([_engine_row(0), _engine_row(1)])})
-    # when the driver parses it
-    out = ResultParser(TASK, "run-3", "tiny", data_column=DATA)(batch).to_pylist()
-    # then each row has its result
-    assert [(r["source_id"], r["status"]) for r in out] == [("t-0", STATUS_OK), ("t-1", STATUS_OK)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from icebatch.core.settings import Settings
-from icebatch_job.process.runtime import ray_temp_dir
+from icebatch_job.local.ray_instance import ray_temp_dir
 
 pytestmark = pytest.mark.unit
 

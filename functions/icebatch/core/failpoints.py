@@ -24,8 +24,6 @@ POINTS = {
     "commit.before": "the commit is about to be sent to the catalog",
     "commit.after": "the catalog accepted the commit; the job has not yet seen the answer",
     "chunk.between": "a chunk is committed; the job has not yet taken the next rows",
-    "engine.queues": "the engine is starting: a shared-memory queue is created, its readers not yet attached "
-    "(in the engine core or its model worker)",
 }
 __doc__ = (__doc__ or "") + "".join(f"\n- ``{k}``: {v}" for k, v in POINTS.items()) + "\n"
 _hits: Counter[str] = Counter()

@@ -63,8 +63,8 @@ ENV_PREFIX = "ICEBATCH_"
 TABLE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 DEPLOYMENT = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
 # Not settings: read by the Makefile, the tests or the benchmarks, allowed beside the settings.
-# not settings: the dev environment's (Makefile), and ICEBATCH_SHM_RECORD, which a job sets for its own processes
-_IGNORED_VARS = {"ICEBATCH_VENV", "ICEBATCH_CACHE", "ICEBATCH_PYTHON", "ICEBATCH_TEST_KEEP", "ICEBATCH_SHM_RECORD"}
+# not settings: the dev environment's (Makefile)
+_IGNORED_VARS = {"ICEBATCH_VENV", "ICEBATCH_CACHE", "ICEBATCH_PYTHON", "ICEBATCH_TEST_KEEP"}
 _SECRET = re.compile(r"CREDENTIAL|TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 _environ: ContextVar[Mapping[str, str] | None] = ContextVar("icebatch_environ", default=None)
 
@@ -397,13 +397,6 @@ class EngineSettings(Section):
         default=None,
         description="vLLM's engine stats (queues, KV cache use, latencies) on Ray's Prometheus endpoint (default: on "
         "for GPU, off for CPU, where collecting them costs ~8 % of generation on two cores; `vllm.LLM` has them off).",
-    )
-    engine_process_start: Literal["auto", "forkserver", "spawn"] = Field(
-        default="auto",
-        description="How an engine replica starts vLLM's engine core and model worker: forked from a server that "
-        "imported vLLM once (`forkserver`), or vLLM's `spawn` in a Ray actor (each imports vLLM again, ~5 s each "
-        "on CPU). `auto`: the fork server on CPU (where it was measured), spawn on a GPU (where it was not: "
-        "`make bench-gpu` records which it ran). Tensor parallelism over Ray always spawns.",
     )
     batch_size: int = Field(default=64, ge=1, le=65_536, description="Rows per batch sent to an engine replica.")
     concurrency: int = Field(

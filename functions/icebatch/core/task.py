@@ -96,16 +96,15 @@ class Sampling(BaseModel):
     ignore_eos: bool | None = None
     detokenize: bool | None = Field(
         default=None,
-        description="true: vLLM detokenizes as tokens arrive. Unset or false: the in-job engine decodes each "
-        "answer once when its batch is done (stop strings need vLLM's, and turn it on).",
+        description="vLLM's own: the job parses each answer's text, so it must stay on (unset or true).",
     )
 
     @model_validator(mode="after")
     def _consistent(self) -> Sampling:
         if self.min_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens ({self.min_tokens}) exceeds max_tokens ({self.max_tokens})")
-        if self.stop and self.detokenize is False:
-            raise ValueError("stop strings need vLLM's detokenizer (it matches them as text arrives): drop detokenize")
+        if self.detokenize is False:
+            raise ValueError("detokenize: false leaves the answers without text, and the job parses text: drop it")
         return self
 
     def params(self) -> dict[str, Any]:

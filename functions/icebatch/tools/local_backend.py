@@ -322,7 +322,8 @@ def start_local_head(settings: Settings) -> str:
     """
     import subprocess
 
-    from icebatch_job.process.runtime import job_environment, ray_temp_dir
+    from icebatch_job.local.ray_instance import ray_temp_dir
+    from icebatch_job.process.runtime import job_environment
 
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
     env = {**inherited, **job_environment(settings, device="cpu"), "RAY_AUTH_MODE": "disabled"}
@@ -421,7 +422,7 @@ def _process_started(pid: int) -> str | None:
 
 def _same_process(pid: int, started: str | None) -> bool:
     """Is ``pid`` still the process that wrote the record (not dead, not a reused pid)?"""
-    from icebatch_job.process.lineage import alive
+    from icebatch_job.local.lineage import alive
 
     if not alive(pid):
         return False

@@ -9,26 +9,16 @@ for Ray's ``runtime_env`` so that workers see them too.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import hashlib
 import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
 from icebatch.core.settings import Settings
-
-from icebatch_job.process.lineage import adopt_orphans, end_descendants
-from icebatch_job.process.reaper import start_reaper
-from icebatch_job.process.shared_memory import (
-    record_shared_memory,
-    sweep_abandoned_records,
-    unlink_recorded_shared_memory,
-)
 
 log = logging.getLogger(__name__)
 
@@ -94,40 +84,9 @@ def quiet_handler_records(log_level: str) -> Iterator[None]:
             os.environ.pop(key, None)
 
 
-def usage_stats_on(env: Mapping[str, str]) -> bool:
-    """Whether Ray's usage stats are on in ``env`` (the job turns them off; an explicit value set before wins)."""
-    return env.get("RAY_USAGE_STATS_ENABLED") != "0"
-
-
-def ray_temp_dir(settings: Settings) -> str:
-    """Ray's temp dir, under ICEBATCH_HOME.
-
-    Ray puts unix sockets in it, whose paths may not exceed 107 bytes; a deep ICEBATCH_HOME is reached
-    through a short symlink in /tmp so that the files still live under the project's folder.
-    """
-    real = settings.home / "ray"
-    real.mkdir(parents=True, exist_ok=True)
-    if len(str(real)) <= 40:
-        return str(real)
-    link = Path("/tmp") / f"icebatch-ray-{hashlib.sha1(str(real).encode()).hexdigest()[:10]}"
-    _remove_dangling_links(Path("/tmp"))
-    if not link.is_symlink() or link.resolve() != real:
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(real, target_is_directory=True)
-    return str(link)
-
-
-def _remove_dangling_links(folder: Path) -> None:
-    """The links of homes that are gone (a removed project, a test's temporary home): nothing else cleans them."""
-    for old in folder.glob("icebatch-ray-*"):
-        with contextlib.suppress(OSError):  # another job's cleanup may have come first
-            if old.is_symlink() and not old.exists():
-                old.unlink()
-
-
 def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = None) -> None:
-    """Connect to the cluster the job runs in (RayJob, `ray-jobs` mode) or start a local one."""
+    """Connect to the cluster the job runs in (RayJob, `ray-jobs` mode) or start a local one
+    (``icebatch_job.local.ray_instance``)."""
     import ray
 
     if ray.is_initialized():
@@ -140,24 +99,12 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     }
     address = os.environ.get("RAY_ADDRESS") or settings.launch.ray_address
     if address:
-        kwargs["address"] = address
-        kwargs["runtime_env"] = {"env_vars": env}
-    else:
-        own_the_tree()
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, loopback-only cluster
-        kwargs.update(
-            address="local",  # a new instance: never attach to some other cluster found in /tmp/ray
-            _temp_dir=ray_temp_dir(settings),
-            include_dashboard=False,
-            # Logical CPUs, not cores: the engine's bundle takes one, and Ray Data's budget would leave
-            # nothing for the (mostly waiting) read and prompt stages on a 2-core machine: a silent hang.
-            num_cpus=num_cpus or max(4, 2 * (os.cpu_count() or 2)),
-            _node_ip_address="127.0.0.1",
-        )
-    log.info("starting Ray (%s)", address or "local, 127.0.0.1")
-    quiet = local_head_without_idle_processes(usage_stats=usage_stats_on(env), log_to_driver=kwargs["log_to_driver"])
-    with nullcontext() if address else quiet:
-        ray.init(**kwargs)
+        log.info("connecting to Ray at %s", address)
+        ray.init(address=address, runtime_env={"env_vars": env}, **kwargs)
+    else:  # no cluster: one of the job's own, on this machine (what only a laptop or CI needs)
+        from icebatch_job.local.ray_instance import start_local_ray
+
+        start_local_ray(settings, num_cpus=num_cpus, **kwargs)
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
@@ -171,38 +118,6 @@ def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = 
     # default for compatibility, with a warning, might change)
     ctx.enable_fallback_to_arrow_object_ext_type = True
     logging.getLogger("ray.data").setLevel(logging.WARNING)
-
-
-_owning: list[bool] = []
-
-
-def own_the_tree() -> None:
-    """Before this process starts a Ray instance: every process of its tree ends with it (once per process).
-
-    Orphans of the tree are handed to this process (a child subreaper) and, at exit, once Ray is shut
-    down, whatever is left is killed (``icebatch_job.process.lineage``); a watchdog in a session of its own ends
-    what is left if this process is killed without notice (``icebatch_job.process.reaper``: Ray's agents).
-    """
-    if _owning:
-        return
-    _owning.append(adopt_orphans())
-    if swept := sweep_abandoned_records():
-        log.info("unlinked shared memory a killed job left: %s", ", ".join(f"/dev/shm/{n}" for n in swept))
-    record = record_shared_memory()
-    start_reaper(shared_memory=record)
-    atexit.register(_end_the_tree, record)
-
-
-def _end_the_tree(shared_memory: Path) -> None:
-    """At exit: Ray shut down as Ray's own exit handler would (it may come later: it was registered when Ray
-    was imported), then what is left of the tree ended, then the shared memory it created and left unlinked
-    (``icebatch_job.process.shared_memory``)."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
-    end_descendants()
-    if left := unlink_recorded_shared_memory(shared_memory):
-        log.info("unlinked shared memory the job's processes left: %s", ", ".join(f"/dev/shm/{n}" for n in left))
 
 
 def end_process(status: int) -> NoReturn:
@@ -231,79 +146,6 @@ def end_process(status: int) -> NoReturn:
         except (OSError, ValueError):  # a reader gone, a stream closed: nothing more can be said on it
             pass
     os._exit(status)
-
-
-def _not_started(name: str) -> Any:
-    def start(node: Any, **_kwargs: Any) -> None:
-        log.debug("local Ray instance: no %s process", name)
-
-    return start
-
-
-@contextmanager
-def local_head_without_idle_processes(*, usage_stats: bool, log_to_driver: bool) -> Iterator[None]:
-    """A local Ray instance started without the head processes that would have nothing to do in it.
-
-    Each is a Python interpreter importing Ray while the engine starts, on the same cores:
-
-    - **The autoscaler's monitor**, always: a private instance on one machine has no nodes to add or remove.
-      At the end it ignores the SIGTERM of ``ray.shutdown``, which waits its full second before killing
-      it. KubeRay's operator starts a head the same way (``no_monitor``), its autoscaler running beside it.
-    - **The dashboard process**, unless ``usage_stats`` (the job turns them off): with
-      ``include_dashboard=False`` Ray 2.60 still starts it (loading only its usage-stats module) and
-      ``ray.init`` waits for it to publish an address before it starts the raylet: ~1.3 s on 2 cores on the
-      path to the engine's first token. Nothing else reads it (the state API it would serve is not loaded
-      when the dashboard is not included).
-    - **The log monitor**, unless ``log_to_driver`` (the job forwards workers' logs only when debugging):
-      it forwards them to the driver and nothing else, looking through the log folder ten times a second.
-      The logs stay in the session's folder.
-
-    On a cluster the job connects to (a RayJob), Ray's head starts as deployed.
-    """
-    from ray._private import node
-
-    skipped = ["start_monitor"]
-    skipped += [] if usage_stats else ["start_api_server"]
-    skipped += [] if log_to_driver else ["start_log_monitor"]
-    originals = {name: getattr(node.Node, name, None) for name in skipped}
-    if None in originals.values():  # another Ray: its own start-up
-        yield
-        return
-    for name in skipped:
-        setattr(node.Node, name, _not_started(name.removeprefix("start_")))
-    try:
-        yield
-    finally:
-        for name, original in originals.items():
-            setattr(node.Node, name, original)
-
-
-class _NoTelemetry:
-    """Stands in for Ray LLM's ``TelemetryAgent`` when usage stats are off: records nothing."""
-
-    def push_telemetry_report(self, telemetry: object) -> None:
-        log.debug("usage stats off: Ray Data LLM telemetry not recorded")
-
-
-@contextmanager
-def without_usage_telemetry() -> Iterator[None]:
-    """With usage stats off, Ray Data LLM's processor build starts no telemetry actor.
-
-    ``build_processor`` starts a detached ``_TelemetryAgent`` actor and waits for it to answer, to record
-    usage tags, even with ``RAY_USAGE_STATS_ENABLED=0`` (which the job sets): a Ray worker process booted,
-    and a round trip on the driver's path to the first token, for tags that are never sent.
-    """
-    from ray.llm._internal.batch.processor import vllm_engine_proc
-
-    original = getattr(vllm_engine_proc, "get_or_create_telemetry_agent", None)
-    if original is None or usage_stats_on(os.environ):
-        yield
-        return
-    vllm_engine_proc.get_or_create_telemetry_agent = _NoTelemetry  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        vllm_engine_proc.get_or_create_telemetry_agent = original
 
 
 # CPU features that make bfloat16 matmuls native: x86's in /proc/cpuinfo's "flags", aarch64's in its "Features"

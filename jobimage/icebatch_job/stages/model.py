@@ -3,7 +3,7 @@
 ``s3://`` models are loaded the way Ray Data LLM loads them: its vLLM stage downloads the model to the
 node's disk (``ICEBATCH_MODEL_LOAD_FORMAT=download``), or downloads only the config and tokenizer and
 streams the weights (``runai_streamer``). The prompt stage needs the tokenizer too, on whatever node it
-runs: ``tokenizer_path`` fetches the tokenizer files with the same downloader, into the same cache.
+runs: ``tokenizer_path`` downloads the prefix's files other than weights, with boto3, into the job's cache.
 
 ``check_model`` runs on the driver before Ray starts, so that a wrong path or a missing permission is
 one clear error instead of an engine actor that Ray restarts over and over.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from icebatch.core.consumers import Consumer
 from icebatch.core.errors import ModelUnavailableError, TransientError
@@ -142,22 +141,56 @@ def _check_s3_model(settings: Settings, source: str, fix: str) -> None:
         raise TransientError(f"could not reach S3 to check the model at {source}: {e}") from e
 
 
-def tokenizer_path(source: str) -> str:
-    """A local folder holding the model's tokenizer (downloaded from ``s3://``/``gs://`` first)."""
-    if not source.startswith(("s3://", "gs://")):
-        return source
-    from ray.llm._internal.common.utils.download_utils import NodeModelDownloadable, download_model_files
+WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5")  # what the tokenizer never needs
 
-    local: Any = download_model_files(
-        model_id=source,
-        mirror_config=None,
-        download_model=NodeModelDownloadable.TOKENIZER_ONLY,
-        download_extra_files=False,
-    )
-    # the downloader logs a failed download and returns a path anyway: look before trusting it
-    if not local or not any((Path(local) / name).is_file() for name in TOKENIZER_FILES):
-        raise ModelUnavailableError(
-            f"could not download the tokenizer of {source} (got {local!r}); check the prefix and that the job's "
-            "role may s3:GetObject/s3:ListBucket it"
-        )
+
+def tokenizer_path(source: str) -> str:
+    """A local folder holding the model's tokenizer: ``source`` itself, or for an ``s3://`` prefix a copy of
+    its files other than weights (config, tokenizer, chat template), downloaded once into the job's cache.
+
+    The S3 client is boto3's, configured from the job's environment as every other (region, and
+    ``AWS_ENDPOINT_URL_S3`` where the deployment points S3 elsewhere).
+    """
+    if not source.startswith("s3://"):
+        return source
+    import hashlib
+
+    environ = os.environ  # noqa: TID251  # the caches job_environment set for the job's processes, Ray's workers too
+    cache = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "icebatch" / "tokenizers"
+    local = cache / hashlib.sha256(source.encode()).hexdigest()[:16]
+    if not any((local / name).is_file() for name in TOKENIZER_FILES):
+        _download_tokenizer(source, local)
     return str(local)
+
+
+def _download_tokenizer(source: str, local: Path) -> None:
+    import shutil
+    import tempfile
+
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, prefix = _split_s3(source)
+    s3 = boto3.client("s3")
+    local.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{local.name}-", dir=local.parent))
+    fix = "check the prefix and that the job's role may s3:GetObject and s3:ListBucket it (template.yaml: JobRole)"
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            for item in page.get("Contents", []):
+                name = item["Key"][len(prefix) :]
+                if name and not name.endswith(WEIGHTS):
+                    s3.download_file(bucket, item["Key"], str(partial / name))
+        if not any((partial / name).is_file() for name in TOKENIZER_FILES):
+            raise ModelUnavailableError(f"no tokenizer under {source} (none of {', '.join(TOKENIZER_FILES)}): {fix}")
+        try:
+            partial.rename(local)  # whole or not at all
+        except OSError:  # another stage's copy came first
+            if not any((local / name).is_file() for name in TOKENIZER_FILES):
+                raise
+    except ClientError as e:
+        raise ModelUnavailableError(f"could not download the tokenizer of {source} ({e}): {fix}") from e
+    except BotoCoreError as e:
+        raise TransientError(f"could not reach S3 for the tokenizer of {source}: {e}") from e
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)

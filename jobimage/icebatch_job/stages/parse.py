@@ -32,29 +32,19 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def output_rows(batch: pa.Table, data_column: str | None) -> list[dict[str, Any]]:
-    """The fields the parse reads, one dict per row: from the processor's ``data_column`` when it is there."""
-    import pyarrow as pa
-
-    if data_column is not None and data_column in batch.column_names:
-        data = batch.column(data_column).combine_chunks()
-        if not pa.types.is_struct(data.type):  # Ray Data kept the rows as Python objects
-            return [{f: r.get(f) for f in PARSED_FIELDS if f in r} for r in data.to_pylist()]
-        names = {data.type.field(i).name for i in range(data.type.num_fields)}
-        columns = {f: data.field(f).to_pylist() for f in PARSED_FIELDS if f in names}
-    else:
-        columns = {f: batch.column(f).to_pylist() for f in PARSED_FIELDS if f in batch.column_names}
+def output_rows(batch: pa.Table) -> list[dict[str, Any]]:
+    """The fields the parse reads, one dict per row."""
+    columns = {f: batch.column(f).to_pylist() for f in PARSED_FIELDS if f in batch.column_names}
     return [{f: v[i] for f, v in columns.items()} for i in range(batch.num_rows)]
 
 
 class ResultParser:
     """Validates every answer with the task's model; nothing is dropped or invented."""
 
-    def __init__(self, task: TaskSpec, run_id: str, model: str, data_column: str | None = None) -> None:
+    def __init__(self, task: TaskSpec, run_id: str, model: str) -> None:
         self.task = task
         self.run_id = run_id
         self.model = model
-        self.data_column = data_column
         self.schema = results_arrow_schema(task)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -79,6 +69,6 @@ class ResultParser:
                 num_generated_tokens=r.get(NUM_GENERATED_TOKENS) or 0,
                 llm_seconds=max(0.0, float(r.get(TIME_TAKEN_LLM) or 0.0)),
             )
-            for r in output_rows(batch, self.data_column)
+            for r in output_rows(batch)
         ]
         return pa.Table.from_pylist(rows, schema=self.schema)

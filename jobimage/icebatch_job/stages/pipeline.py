@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 from icebatch.core.settings import Settings
 from icebatch.core.task import TaskSpec
 
-from icebatch_job.columns import SMALL_CPU
+from icebatch_job.columns import PARSED_FIELDS, SMALL_CPU
 from icebatch_job.process.amx import EXTENSION as AMX_EXTENSION
-from icebatch_job.process.engine_processes import process_start_on
 from icebatch_job.stages.parse import ResultParser
 from icebatch_job.stages.prompts import PromptStage
 
@@ -57,9 +56,6 @@ def offline_max_num_batched_tokens(device: str, tp: int, accelerator_type: str |
     return 16384 if (accelerator_type or "").upper() in LARGE_GPUS else 8192
 
 
-ENGINE_STAGE = "vLLMEngineStage"  # Ray Data LLM's name for its vLLM stage in a processor
-
-
 @dataclass(frozen=True)
 class EngineConfig:
     """What the engine stage is built from (also recorded in the run's report)."""
@@ -72,7 +68,6 @@ class EngineConfig:
     concurrency: int
     accelerator_type: str | None
     max_concurrent_batches: int = MIN_CONCURRENT_BATCHES
-    process_start: str = "forkserver"  # how a replica starts vLLM's processes (icebatch_job.process.engine_processes)
     metrics: bool = False  # vLLM's stats, exported to Ray's Prometheus endpoint (``disable_log_stats`` says the same)
 
 
@@ -135,13 +130,12 @@ def engine_config(settings: Settings, model_source: str, device: str, *, native_
         concurrency=settings.engine.concurrency,
         accelerator_type=settings.engine.accelerator_type if device == "gpu" else None,
         max_concurrent_batches=concurrent_batches(settings.engine.batch_size, kwargs["max_num_seqs"]),
-        process_start=process_start_on(device, settings.engine.engine_process_start),
         metrics=metrics,
     )
 
 
 def processor_config(cfg: EngineConfig) -> Any:
-    """The ray.data.llm processor config: our prompt stage replaces Ray's template/tokenize stages."""
+    """The ray.data.llm processor config: our prompt stage does the work of Ray's template/tokenize stages."""
     from ray.data.llm import vLLMEngineProcessorConfig
 
     extra: dict[str, Any] = {}
@@ -158,12 +152,22 @@ def processor_config(cfg: EngineConfig) -> Any:
         accelerator_type=cfg.accelerator_type,
         chat_template_stage=False,
         tokenize_stage=False,
-        detokenize_stage=False,  # the engine stage decodes its answers itself (icebatch_job.stages.engine_outputs)
+        detokenize_stage=False,  # vLLM's front end decodes the answers as it generates them
         should_continue_on_error=True,  # a failed row becomes an inference_error row, not a failed job
         log_engine_metrics=cfg.metrics,  # vLLM's metrics on Ray's Prometheus endpoint (jobimage/k8s/podmonitor.yaml)
         max_concurrent_batches=cfg.max_concurrent_batches,
         **extra,
     )
+
+
+def parsed_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The processor's postprocess: only what the driver's parse reads goes on through the object store.
+
+    Ray Data LLM's vLLM stage adds to each row the prompt, its token ids, the answer's token ids and the
+    sampling parameters (the whole JSON schema, per row); a row that failed (``__inference_error__``) skips
+    the postprocess and keeps them all (Ray Data LLM's rule), and the parse reads the same fields of it.
+    """
+    return {f: row[f] for f in PARSED_FIELDS if f in row}
 
 
 def build_engine_pipeline(
@@ -175,21 +179,23 @@ def build_engine_pipeline(
     model_path: str,
     max_model_len: int,
     structured_output: bool,
-) -> tuple[ray.data.Dataset, str]:
-    """source rows -> engine outputs through vLLM in this Ray cluster, and the column the outputs are in.
+) -> ray.data.Dataset:
+    """source rows -> engine outputs through vLLM in this Ray cluster (``ray.data.llm``'s documented API).
 
-    Two Ray Data stages: ours (permits, prompts) and Ray Data LLM's vLLM stage. The processor's own
-    preprocess and postprocess maps (each a Ray task per batch, wrapping rows into and out of its data
-    column) are left out: the prompt stage wraps its rows itself, and the driver reads the data column.
+    Our prompt stage (permits, prompts, token ids) feeds the processor that ``build_processor`` makes of
+    the config (its chat-template and tokenize stages off: the prompt stage did their work), whose postprocess
+    keeps the fields the parse reads.
     """
     import ray.data
     from ray.data.llm import build_processor
 
-    from icebatch_job.process.runtime import without_usage_telemetry
-    from icebatch_job.stages.engine_stage import EngineStageUDF
-
-    with without_usage_telemetry():
-        processor = build_processor(processor_config(cfg))
+    light = {"num_cpus": SMALL_CPU}  # the processor's row maps: on 2 cores, a whole CPU each starves the engine
+    processor = build_processor(
+        processor_config(cfg),
+        postprocess=parsed_fields,
+        preprocess_map_kwargs=light,
+        postprocess_map_kwargs=light,
+    )
     prompts = source.map_batches(
         PromptStage,
         fn_constructor_kwargs={
@@ -198,7 +204,7 @@ def build_engine_pipeline(
             "max_model_len": max_model_len,
             "structured_output": structured_output,
             "window": window,
-            "data_column": processor.DATA_COLUMN,
+            "engine": True,
         },
         batch_size=None,  # one block (``blocks_of``: at most one engine batch) per call, one permit request
         compute=ray.data.ActorPoolStrategy(size=1),
@@ -209,21 +215,7 @@ def build_engine_pipeline(
         # fails the attempt, whose next one resumes after the committed chunks
         max_restarts=0,
     )
-    processor.preprocess = processor.postprocess = None  # Processor.__call__ skips a map that is None
-    # the engine's processes forked from a warm server (icebatch_job.process.engine_processes); a copy, as an assignment
-    # would run the stage's validator again, which computes its resources from arguments it has consumed
-    stage = processor.get_stage_by_name(ENGINE_STAGE)
-    processor.stages[ENGINE_STAGE] = stage.model_copy(
-        update={
-            "fn": EngineStageUDF,
-            "fn_constructor_kwargs": {**stage.fn_constructor_kwargs, "process_start": cfg.process_start},
-            # an engine that dies fails the attempt (retried by the launcher, resumed after the committed chunks),
-            # not restarted without end in place (Ray Data's default, -1: an engine that dies at every start would
-            # hold the GPU until the stall timeout), and Ray prints no ERROR line about restarts (ray#53727)
-            "map_batches_kwargs": {**stage.map_batches_kwargs, "max_restarts": 0},
-        }
-    )
-    return processor(prompts), processor.DATA_COLUMN
+    return processor(prompts)
 
 
 @dataclass(frozen=True)
@@ -278,7 +270,7 @@ def build_pipeline(
             cfg.engine_kwargs["dtype"],
             settings.engine.dtype,
         )
-    dataset, data_column = build_engine_pipeline(
+    dataset = build_engine_pipeline(
         source,
         task,
         cfg,
@@ -287,4 +279,4 @@ def build_pipeline(
         max_model_len=settings.engine.max_model_len,
         structured_output=settings.engine.structured_output,
     )
-    return BuiltPipeline(dataset, ResultParser(task, run_id, cfg.model_name, data_column), cfg.model_name)
+    return BuiltPipeline(dataset, ResultParser(task, run_id, cfg.model_name), cfg.model_name)

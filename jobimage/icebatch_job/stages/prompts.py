@@ -28,7 +28,6 @@ from icebatch_job.columns import (
     TOKENIZED_PROMPT,
     TRUNCATED,
 )
-from icebatch_job.stages.engine_outputs import engine_sampling
 
 if TYPE_CHECKING:
     from icebatch_job.commit.window import RowWindow
@@ -121,9 +120,9 @@ class FinalOnly:
 class PromptStage:
     """Ray Data UDF (one tokenizer per worker): adds the columns vLLM's stage reads.
 
-    With a ``window``, it first takes a permit per row (``icebatch_job.commit.window``). With a ``data_column``
-    (Ray Data LLM's processor's, ``__data``), each output row is wrapped the way the processor's stages
-    read it, so that the processor needs no preprocess map of its own (a task per batch).
+    With a ``window``, it first takes a permit per row (``icebatch_job.commit.window``). For the in-job
+    ``engine`` (Ray Data LLM's vLLM stage), a row asks for its answer once, when it is finished (vLLM's
+    ``FINAL_ONLY``), not at every step.
     """
 
     def __init__(
@@ -133,7 +132,7 @@ class PromptStage:
         max_model_len: int,
         structured_output: bool,
         window: RowWindow | None = None,
-        data_column: str | None = None,
+        engine: bool = False,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -144,9 +143,8 @@ class PromptStage:
         if structured_output:
             self.sampling["structured_outputs"] = {"json": task.output_schema_json}
         self.window = window
-        self.data_column = data_column
-        if data_column is not None:  # the in-job engine's answers are decoded once each (engine_outputs)
-            self.sampling = engine_sampling(self.sampling) | {"output_kind": FinalOnly()}
+        if engine:
+            self.sampling["output_kind"] = FinalOnly()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         n = len(batch[self.builder.task.id_column])
@@ -159,7 +157,7 @@ class PromptStage:
             prompts.append(p.token_ids)
             truncated.append(p.truncated)
             empty.append(self.builder.task.is_empty_input(row))
-        columns: dict[str, list[Any]] = {
+        return {
             SOURCE_FILE: [str(x) for x in batch[SOURCE_FILE]],
             SOURCE_POS: [int(x) for x in batch[SOURCE_POS]],
             SOURCE_HASH: [int(x) for x in batch[SOURCE_HASH]],
@@ -169,9 +167,6 @@ class PromptStage:
             TOKENIZED_PROMPT: prompts,
             SAMPLING_PARAMS: [dict(self.sampling) for _ in range(n)],  # one each: the engine pops from them
         }
-        if self.data_column is None:
-            return columns
-        return {self.data_column: [{k: v[i] for k, v in columns.items()} for i in range(n)]}
 
 
 def _py(value: Any) -> Any:

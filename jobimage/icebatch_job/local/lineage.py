@@ -1,23 +1,23 @@
 """Nothing the job starts outlives it: the kernel's guarantees, not a watcher that can die first.
 
 The job starts a Ray instance of its own (GCS, raylet, its agents and workers) and, in the engine's actor,
-a fork server, vLLM's engine core and its model worker, some in process groups of their own. Whatever ends
-the job (an exit, SIGTERM, SIGINT, SIGKILL of its process or of its whole process group, its terminal
-closing), all of them end with it:
+vLLM's engine core and its model worker, some in process groups of their own. Whatever ends the job (an
+exit, SIGTERM, SIGINT, SIGKILL of its process or of its whole process group, its terminal closing), all of
+them end with it:
 
-- **Every process the job starts asks the kernel to be killed when its parent dies** (``die_with_parent``:
-  ``PR_SET_PDEATHSIG``): the fork server (``engine_preload``), the engine core and the model worker
-  (``engine_processes``); Ray's head processes ask it themselves (Ray's "kernel fate sharing"), and its
-  workers leave when their raylet does. A death runs down the tree one parent at a time, in the kernel.
+- **Ray's head processes ask the kernel to be killed when their parent dies** (Ray's "kernel fate
+  sharing"), and its workers leave when their raylet does; vLLM ends its engine core and model worker when
+  the process that started them ends.
 - **The job's process is a child subreaper** (``adopt_orphans``: ``PR_SET_CHILD_SUBREAPER``): a process of
   its tree whose parent ends before it is handed to the job, not to PID 1, so the job still knows it; and
   the kernel sends an orphan's death signal again when the subreaper it was handed to dies.
 - **On every path that runs code** (``end_descendants``, at exit, after Ray's shutdown) the job kills what
-  is left of its tree and reaps it: Ray's workers still shutting down, little else.
-- Ray's agents alone follow their raylet by looking (and linger a minute when it was killed): for them, and
-  only if the job is killed without notice, a watchdog in a session of its own (``icebatch_job.process.reaper``).
+  is left of its tree and reaps it: Ray's workers still shutting down, vLLM's processes, little else.
+- Ray's agents, and a process whose parent was killed before it could end it, follow by looking or not at
+  all: for them, and only if the job is killed without notice, a watchdog in a session of its own
+  (``icebatch_job.local.reaper``).
 
-``runtime.own_the_tree`` does the job's part of this before it starts a Ray instance of its own.
+``ray_instance.own_the_tree`` does the job's part of this before it starts a Ray instance of its own.
 
 Linux only; elsewhere each step does nothing and says so in its return value.
 """
@@ -34,9 +34,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-PR_GET_PDEATHSIG = 2
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 PR_GET_CHILD_SUBREAPER = 37
 
 
@@ -45,29 +43,6 @@ def _prctl(option: int, value: int) -> bool:
         return False
     libc = ctypes.CDLL(None, use_errno=True)
     return int(libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0)) == 0
-
-
-def death_signal() -> int:
-    """The signal this process gets when its parent dies (0: none)."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    out = ctypes.c_int(0)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_GET_PDEATHSIG, ctypes.byref(out), 0, 0, 0)
-    return out.value
-
-
-def die_with_parent(owner: int | None = None) -> bool:
-    """Have the kernel SIGKILL this process when its parent dies; False where it cannot (not Linux).
-
-    ``owner``: the process this one's life follows (default: the parent now). Asked right after a fork,
-    the parent may be gone already, and no signal would come: then this process ends at once.
-    """
-    owner = os.getppid() if owner is None else owner
-    if not _prctl(PR_SET_PDEATHSIG, signal.SIGKILL):
-        return False
-    if not alive(owner) or os.getppid() == 1:
-        os._exit(1)  # its parent died before the request: no one is left to answer to
-    return True
 
 
 def adopt_orphans() -> bool:

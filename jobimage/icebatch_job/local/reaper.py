@@ -1,6 +1,6 @@
 """The one watcher: for the processes that follow their parent by looking, not by the kernel.
 
-Everything the job starts of its own ends by the kernel's guarantees (``icebatch_job.process.lineage``). Ray's
+Everything the job starts of its own ends by the kernel's guarantees (``icebatch_job.local.lineage``). Ray's
 agents (the dashboard agent and the runtime-env agent, started by the raylet) do not ask the kernel: they
 look for their raylet every 0.4 s and, when it was killed rather than stopped, first spend up to 60 s
 trying to tell a GCS that died with it. Killed without notice (SIGKILL, an OOM kill, a closed terminal),
@@ -11,7 +11,7 @@ process group, a terminal's SIGHUP, does not reach it). While the job lives, the
 the job's descendants up to date from ``/proc`` (parent links, once a second); when the job ends, however
 it ends (the watchdog sees its end of a pipe close, at once), it sends SIGKILL to every process it last saw
 descending from the job that is still the same process (its start time), and to their descendants, and
-unlinks the names of the shared memory the job's processes recorded and left, and exits. A job that shut down
+unlinks the shared memory the job's processes left, and exits. A job that shut down
 cleanly has nothing left for it to kill. It holds none of the job's standard
 streams: a reader of the job's output (a pipe, a pod's log) sees its end when the job ends. Linux only.
 """
@@ -24,13 +24,13 @@ import signal
 import sys
 from pathlib import Path
 
-from icebatch_job.process.lineage import descendants, end_processes, process_table
-from icebatch_job.process.shared_memory import unlink_recorded_shared_memory
+from icebatch_job.local.lineage import descendants, end_processes, process_table
+from icebatch_job.local.shared_memory import unlink_left_segments
 
 POLL_SECONDS = 1.0
 
 
-def _watch(job: int, ended: int, me: int, poll_seconds: float, shared_memory: Path | None) -> None:
+def _watch(job: int, ended: int, me: int, poll_seconds: float, since: float | None) -> None:
     """The watchdog's life: follow the job's tree until the pipe closes, then kill what is left of it."""
     known: dict[int, float] = {}  # pid -> start time (a pid reused by another process is not the job's)
     while True:
@@ -48,16 +48,16 @@ def _watch(job: int, ended: int, me: int, poll_seconds: float, shared_memory: Pa
         if pid in table and table[pid][1] == started:
             left |= {pid} | descendants(pid, parents)
     end_processes(left - {me})  # resource trackers last: they unlink the shared memory the others left
-    if shared_memory is not None:  # what was still being set up when the job was killed (the engine's queues)
-        unlink_recorded_shared_memory(shared_memory)
+    if since is not None:  # what the engine's processes left of their queues
+        unlink_left_segments(since)
 
 
-def start_reaper(poll_seconds: float = POLL_SECONDS, shared_memory: Path | None = None) -> int | None:
+def start_reaper(poll_seconds: float = POLL_SECONDS, since: float | None = None) -> int | None:
     """Fork the watchdog; its pid, or None where there is no /proc.
 
     ``poll_seconds``: how often it looks for the job's new descendants (its end it sees at once);
-    ``shared_memory``: the job's record of the shared memory its processes create, whose names it unlinks once
-    it has ended what was left (``icebatch_job.process.shared_memory``).
+    ``since``: the job's start; the shared memory its processes left since then is unlinked once the watchdog
+    has ended what was left (``icebatch_job.local.shared_memory``).
     """
     if not sys.platform.startswith("linux") or not Path("/proc/self/stat").exists():
         return None
@@ -73,7 +73,7 @@ def start_reaper(poll_seconds: float = POLL_SECONDS, shared_memory: Path | None 
             quiet = os.open(os.devnull, os.O_RDWR)
             for stream in (0, 1, 2):  # the job's reader sees its end when the job ends, not when this one does
                 os.dup2(quiet, stream)
-            _watch(job, ended, os.getpid(), poll_seconds, shared_memory)
+            _watch(job, ended, os.getpid(), poll_seconds, since)
         finally:
             os._exit(0)
     os.close(ended)
