@@ -32,7 +32,7 @@ export ICEBATCH_HOME ?= $(CURDIR)/.icebatch
 # the venv is shared by clones of the same lock, and its editable install points at the last to run `make env`.
 export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help env browser docs demo test test-fast test-fault test-reliability reliability test-engine test-aws test-hygiene test-lifecycle-soak lint sam-venv sam-check format bench bench-gpu lock clean
+.PHONY: help env browser docs demo test test-fast test-fault test-reliability reliability test-engine test-aws test-hygiene test-lifecycle-soak test-upgrade lint sam-venv sam-check format bench bench-gpu lock clean
 
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
@@ -42,6 +42,7 @@ help:
 	@echo "make test-hygiene - the real job ended every way (signals, its group, its terminal); nothing may outlive it"
 	@echo "make test-reliability - the concurrency tests alone, then 20 times in a shuffled order"
 	@echo "make test-lifecycle-soak - random table lifecycles with runs, kills and resumes (LIFECYCLE_EXAMPLES=5000)"
+	@echo "make test-upgrade - the engine tier on the newest Ray and vLLM CPU build the index has, in a scratch venv"
 	@echo "make bench  - run the benchmarks (results in bench/results/); BENCH_BEFORE=<git rev> also runs the job as it was then"
 	@echo "make bench-gpu - the job vs a bare vllm.LLM on one NVIDIA GPU, Llama-3.1-8B shape (in the job image)"
 	@echo "make docs   - build the documentation site into site/ (mkdocs-material)"
@@ -168,6 +169,20 @@ test-engine: env
 # HYGIENE_REPEAT=N runs each way of ending the job N times.
 test-hygiene: env
 	$(PY) -m pytest -m hygiene $(PYTEST_ARGS)
+
+# Not in `make test`: the newest Ray and vLLM CPU build the package index has (torch as they need it, within this
+# machine's constraints), every other package as pyproject.toml allows, in a scratch venv; then the engine tier on
+# them. What breaks is printed (an install that cannot resolve says why); docs/limitations.md records the last check.
+UPGRADE_VENV := $(ICEBATCH_CACHE)/venv-upgrade
+test-upgrade: | $(UV)
+	rm -rf $(UPGRADE_VENV) && $(UV) venv -q -p $(PYTHON) $(UPGRADE_VENV)
+	printf 'ray[data,default]>=2.60\nvllm-cpu>=0.29\ntorch>=2.13\n' > $(UPGRADE_VENV)/overrides.txt
+	$(UV) pip install -q $(UV_SYNC_FLAGS) -p $(UPGRADE_VENV)/bin/python $(UV_INDEX) \
+		--override $(UPGRADE_VENV)/overrides.txt -e ".[dev]"
+	$(UPGRADE_VENV)/bin/python -c 'import ray, vllm, torch; print("== the engine tier on Ray", ray.__version__, \
+		"vLLM", vllm.__version__, "torch", torch.__version__)'
+	$(UPGRADE_VENV)/bin/python -m pytest -m engine -p no:cacheprovider -rfE $(PYTEST_ARGS) \
+		|| { echo "== what breaks on the newest Ray and vLLM is above"; exit 1; }
 
 test-aws: env $(SAM_VENV)/.installed
 	$(PY) -m pytest -m aws $(PYTEST_ARGS)

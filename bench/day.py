@@ -35,8 +35,8 @@ from datetime import UTC, datetime
 
 from icebatch.control.gate import GateInput, decide, staleness_lead
 from icebatch.core.consumers import Consumer, load_consumers
-from icebatch.core.estimate import cost_check, estimate_run, idle_tail_seconds, spent_on
-from icebatch.core.lease import Member, first_commit_seconds, group_check, idle_window_seconds, keeps_node
+from icebatch.core.costs.estimate import cost_check, estimate_run, idle_tail_seconds, spent_on
+from icebatch.core.costs.lease import Member, first_commit_seconds, group_check, idle_window_seconds, keeps_node
 from icebatch.core.ledger import Key, RunRecord
 from icebatch.core.settings import Settings
 

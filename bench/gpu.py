@@ -37,7 +37,7 @@ from typing import Any
 from bench.common import random_weight_model, table, write
 
 CONFIG = Path(__file__).parent / "gpu" / "llama-3.1-8b.json"
-L40S_USD_PER_HOUR = 1.861  # g6e.xlarge on-demand, us-east-1 (icebatch.core.instances)
+L40S_USD_PER_HOUR = 1.861  # g6e.xlarge on-demand, us-east-1 (icebatch.core.costs.instances)
 
 
 def gpu_or_exit() -> list[str]:

@@ -14,12 +14,12 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 
-from icebatch.core import console
 from icebatch.core.bus import report_printed_by_the_job
-from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANSIENT
-from icebatch.core.json_stdout import stdout_kept_for_json
 from icebatch.core.settings import Settings
+from icebatch.core.terminal import console
+from icebatch.core.terminal.command_line import StrictParser, run_cli
+from icebatch.core.terminal.json_stdout import stdout_kept_for_json
 from icebatch.core.untrusted import K8S_NAME, RUN_ID, summarize, whole_number
 
 RUN_HELP = "read new rows, label them with the LLM, commit results + watermark"
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from icebatch_job.process.runtime import quiet_handler_records
+    from icebatch.core.terminal.command_line import quiet_handler_records
 
     settings = Settings.from_env()
     logging.basicConfig(

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from icebatch.core import console
 from icebatch.core.bus import EventPublisher, load_publisher
 from icebatch.core.consumers import Consumer, consumer_named, load_consumers
+from icebatch.core.costs.estimate import run_cost
+from icebatch.core.costs.report import completed_text, incremental_state
 from icebatch.core.errors import IcebatchError, TransientError, WatermarkConflictError
-from icebatch.core.estimate import run_cost
 from icebatch.core.events import (
     BatchJobCompleted,
     BatchJobDeferred,
@@ -37,8 +37,8 @@ from icebatch.core.events import (
 from icebatch.core.failpoints import arm
 from icebatch.core.ledger import CommitResult, Key, ResultsLedger, RunPlan, RunTotals, open_ledger
 from icebatch.core.ledger.summary import as_recorded
-from icebatch.core.report import completed_text, incremental_state
 from icebatch.core.settings import Settings
+from icebatch.core.terminal import console
 from icebatch.core.untrusted import one_line
 
 from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TextIO
 
-from icebatch.core import console
+from icebatch.core.terminal import console
 
 
 class Progress:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from icebatch.control.rayjob import METRICS_PORT, JobSpec, build_rayjob_manifest
-from icebatch.core.instances import (
+from icebatch.core.costs.instances import (
     CPU_INSTANCE_TYPES,
     INSTANCE_TYPES,
     Resources,

@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 from icebatch.core.catalog import open_catalog
+from icebatch.core.costs.estimate import run_cost
 from icebatch.core.errors import ModelUnavailableError
-from icebatch.core.estimate import run_cost
 from icebatch.core.ledger import Key
 from icebatch.core.settings import Settings
 from icebatch.core.task import DEFAULT_TASK, load_task

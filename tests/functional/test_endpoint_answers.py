@@ -14,10 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from icebatch.core.ledger.results_table import STATUS_ERROR, STATUS_OK
 from icebatch.core.settings import Settings
 from icebatch.core.task import load_task
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
-from icebatch_job.commit.results import STATUS_ERROR, STATUS_OK
 from icebatch_job.stages.endpoint import EndpointStage
 from icebatch_job.stages.parse import ResultParser
 

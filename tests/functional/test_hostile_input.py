@@ -25,11 +25,11 @@ from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import consumer_named, load_consumers
 from icebatch.core.errors import InvalidEventError
 from icebatch.core.ledger import open_ledger
+from icebatch.core.ledger.results_table import results_schema
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import loads_strict, one_line, summarize
 from icebatch.tools.invoke import invoke
 from icebatch.tools.local_backend import LocalBackend
-from icebatch_job.commit.results import results_schema
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.support.aws import client

@@ -665,7 +665,7 @@ def test_the_launcher_reads_a_new_versions_progress_without_pyarrow(any_settings
 
 def test_the_launcher_reads_a_created_but_empty_results_table_without_pyarrow(any_settings: Settings) -> None:
     # given a results table that a first run created and then failed before its first chunk
-    from icebatch_job.commit.results import results_schema
+    from icebatch.core.ledger.results_table import results_schema
 
     ledger = _ledger(any_settings)
     _append(ledger, 3, seed=1)

@@ -1,5 +1,5 @@
 """A run's log under the home: what the job starts writes there, the person's terminal gets icebatch's lines only
-(``icebatch.tools.run_log``, ``icebatch.core.console``); driven in a real process with real child processes."""
+(``icebatch.tools.run_log``, ``icebatch.core.terminal.console``); driven in a real process with real child processes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.functional
 PROGRAM = textwrap.dedent("""
     import logging, subprocess, sys
     from pathlib import Path
-    from icebatch.core import console
+    from icebatch.core.terminal import console
     from icebatch.tools.run_log import to_run_log
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)

@@ -15,10 +15,11 @@ from typing import Any
 
 import pyarrow as pa
 from icebatch.core.ledger import CommitResult, ResultsLedger, RunPlan
+from icebatch.core.ledger.results_table import results_arrow_schema
 from icebatch.core.task import TaskSpec
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
 from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
-from icebatch_job.commit.results import RunStats, result_row, results_arrow_schema
+from icebatch_job.commit.results import RunStats, result_row
 from icebatch_job.plan.source import read_rows
 from icebatch_job.plan.work import last_commit, plan_work
 from pyiceberg.table import Table

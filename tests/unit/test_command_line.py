@@ -132,3 +132,37 @@ def test_a_broken_pipe_elsewhere_is_still_an_error(
     # when it ends, then it fails as an unexpected error does, with its document
     assert icebatch_main(["backlog", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["error"]["type"] == "BrokenPipeError"
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_module_of_an_extra_not_installed_is_one_line_naming_the_extra(
+    as_json: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a command whose code imports what only the `lambda` extra installs (`launch` builds the launcher's
+    # handler), on an install without it
+    def without_powertools(_args: argparse.Namespace, _settings: Settings) -> int:
+        raise ModuleNotFoundError("No module named 'aws_lambda_powertools'", name="aws_lambda_powertools")
+
+    monkeypatch.setattr(data, "cmd_backlog", without_powertools)
+    # when it runs
+    status = icebatch_main(["backlog", *(["--json"] if as_json else [])])
+    out, err = capsys.readouterr()
+    # then it ends with status 2 and one line naming the extra to install, no traceback
+    line = "this needs aws_lambda_powertools, which the 'lambda' extra installs: pip install 'icebatch[lambda]'"
+    assert status == 2
+    assert err.splitlines() == [f"icebatch: error: {line}"], err
+    if as_json:
+        assert json.loads(out)["error"]["type"] == "MissingExtraError"
+
+
+def test_a_module_no_extra_installs_is_still_a_bug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a handler importing a module that is not a dependency at all (a typo in the code)
+    def typo(_args: argparse.Namespace, _settings: Settings) -> int:
+        raise ModuleNotFoundError("No module named 'icebatch.core.nothing'", name="icebatch.core.nothing")
+
+    monkeypatch.setattr(data, "cmd_backlog", typo)
+    # then it raises as any bug does
+    with pytest.raises(ModuleNotFoundError):
+        icebatch_main(["backlog"])

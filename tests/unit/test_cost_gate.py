@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from icebatch.control.gate import GateInput, decide, staleness_lead
 from icebatch.core.consumers import load_consumers
+from icebatch.core.costs.estimate import cost_check, estimate_run
+from icebatch.core.costs.lease import Member, fixed_shares, group_check, idle_window_seconds, keeps_node
 from icebatch.core.errors import ConfigError
-from icebatch.core.estimate import cost_check, estimate_run
-from icebatch.core.lease import Member, fixed_shares, group_check, idle_window_seconds, keeps_node
 from icebatch.core.ledger import Key, RunRecord
 from icebatch.core.settings import Settings
 

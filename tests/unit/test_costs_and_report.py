@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from icebatch.core.costs import CostInputs, cost_breakdown
+from icebatch.core.costs.report import completed_text, failed_text, subject
+from icebatch.core.costs.run_cost import CostInputs, cost_breakdown
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts
-from icebatch.core.report import completed_text, failed_text, subject
 
 pytestmark = pytest.mark.unit
 
@@ -150,7 +150,7 @@ def test_the_report_names_the_instance_type_and_where_its_rate_comes_from() -> N
 
 # --- the same tokens at batch APIs ------------------------------------------------------------------
 def test_the_report_prices_the_runs_tokens_at_each_batch_api_and_says_which_was_cheaper() -> None:
-    from icebatch.core.batch_prices import parse_prices
+    from icebatch.core.costs.prices import parse_prices
 
     # given a run of 2M input and 1M output tokens that cost $1.00 of GPU lifetime, and two batch prices
     run = _completed(
@@ -183,7 +183,7 @@ def test_the_report_prices_the_runs_tokens_at_each_batch_api_and_says_which_was_
     ],
 )
 def test_a_price_list_it_cannot_read_is_refused_with_the_form_it_takes(spec: str) -> None:
-    from icebatch.core.batch_prices import parse_prices
+    from icebatch.core.costs.prices import parse_prices
 
     with pytest.raises(ValueError, match=r"provider:model=|at most 10"):
         parse_prices(spec)
@@ -222,7 +222,7 @@ def test_a_failed_attempts_cost_bills_its_nodes_idle_tail_on_kuberay_as_runs_do(
 
 def test_the_json_report_holds_every_figure_the_text_report_shows() -> None:
     from icebatch.control.reporter import build_report
-    from icebatch.core.batch_prices import DEFAULT_SPEC, parse_prices
+    from icebatch.core.costs.prices import DEFAULT_SPEC, parse_prices
 
     # given a completed run's report, its tokens priced at the default batch APIs
     report = build_report(_completed(row_noun="reviews"), event_id="e", prices=parse_prices(DEFAULT_SPEC))

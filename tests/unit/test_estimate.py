@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from icebatch.core.estimate import estimate_run, pace
+from icebatch.core.costs.estimate import estimate_run, pace
 from icebatch.core.ledger import Key, RunRecord
 from icebatch.core.settings import Settings
 

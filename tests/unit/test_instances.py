@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from icebatch.core.errors import ConfigError
-from icebatch.core.instances import (
+from icebatch.core.costs.instances import (
     INSTANCE_TYPES,
     Resources,
     allocatable,
@@ -13,6 +12,7 @@ from icebatch.core.instances import (
     parse_cpu,
     parse_memory,
 )
+from icebatch.core.errors import ConfigError
 from icebatch.core.settings import Settings
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,7 @@ import sys
 
 NOISY = """
 import json, os, subprocess, sys
-from icebatch.core.json_stdout import stdout_kept_for_json
+from icebatch.core.terminal.json_stdout import stdout_kept_for_json
 with stdout_kept_for_json(True):
     print("python-level noise")
     os.write(1, b"descriptor-level noise (Ray forwarding a worker's output)\\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from icebatch.core.ledger.results_table import STATUS_EMPTY, STATUS_ERROR, STATUS_INVALID, STATUS_OK
 from icebatch.core.task import load_task
 from icebatch_job.columns import (
     EMPTY_INPUT,
@@ -19,7 +20,6 @@ from icebatch_job.columns import (
     TOKENIZED_PROMPT,
     TRUNCATED,
 )
-from icebatch_job.commit.results import STATUS_EMPTY, STATUS_ERROR, STATUS_INVALID, STATUS_OK
 from icebatch_job.stages.parse import ResultParser
 from icebatch_job.stages.pipeline import parsed_fields
 

@@ -69,7 +69,8 @@ def test_blank_inputs_are_marked_empty() -> None:
 def test_an_answer_to_an_empty_ticket_is_not_taken_as_labels() -> None:
     from datetime import UTC, datetime
 
-    from icebatch_job.commit.results import STATUS_EMPTY, result_row
+    from icebatch.core.ledger.results_table import STATUS_EMPTY
+    from icebatch_job.commit.results import result_row
 
     row = result_row(
         source_id=1,

@@ -10,8 +10,8 @@ from icebatch.control.jobs import job_state
 from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_env, job_name, range_tag
 from icebatch.control.reconcile import failure_event
 from icebatch.core.consumers import Consumer
+from icebatch.core.costs.estimate import gpus_for
 from icebatch.core.errors import ConfigError
-from icebatch.core.estimate import gpus_for
 from icebatch.core.settings import Settings
 
 from tests.support.consumers import triage

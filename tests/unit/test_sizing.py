@@ -1,4 +1,4 @@
-"""A model is sized against the GPU worker before any GPU node is bought (icebatch.core.sizing)."""
+"""A model is sized against the GPU worker before any GPU node is bought (icebatch.core.costs.sizing)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from icebatch.core.costs.sizing import decoder_parameters, gpu_memory_problem, model_size
 from icebatch.core.settings import Settings
-from icebatch.core.sizing import decoder_parameters, gpu_memory_problem, model_size
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 from icebatch.core.errors import TaskSpecError
+from icebatch.core.ledger.results_table import STATUS_ERROR, STATUS_INVALID, STATUS_OK, results_schema
 from icebatch.core.task import DEFAULT_TASK, load_task
-from icebatch_job.commit.results import STATUS_ERROR, STATUS_INVALID, STATUS_OK, result_row, results_schema
+from icebatch_job.commit.results import result_row
 from icebatch_job.stages.endpoint import request_body
 
 pytestmark = pytest.mark.unit
@@ -257,11 +258,3 @@ def test_the_published_schemas_accept_the_packaged_files_and_refuse_a_misspelt_k
     misspelt = {"consumers": [{**consumers["consumers"][0], "backlog_treshold": 5}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(misspelt, consumers_schema)
-
-
-def test_the_results_command_offers_every_status_a_result_row_can_have() -> None:
-    # the CLI keeps its own copy (its parser is built without importing the data plane's writer); they agree
-    from icebatch.tools.cli.results import STATUSES as OFFERED
-    from icebatch_job.commit.results import STATUSES
-
-    assert OFFERED == STATUSES

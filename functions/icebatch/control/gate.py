@@ -9,7 +9,7 @@
 | any      | a run part way through its range (chunks committed, then killed): resume it   |
 
 A run pays when its estimate per 1k rows, start-up and idle tail included, is at most the consumer's ceiling
-(``icebatch.core.estimate.CostCheck``: its ``max_usd_per_1k_rows``, else a batch API's price for the same tokens).
+(``icebatch.core.costs.estimate.CostCheck``: its ``max_usd_per_1k_rows``, else a batch API's price for the same tokens).
 An append (or a manual launch without ``force``) over the threshold whose run does not pay "waits": the rows it
 adds make the next one cheaper per row, until one pays or the oldest row reaches max staleness (then it launches
 anyway, and says so). The schedule drains whatever it costs.
@@ -17,7 +17,7 @@ anyway, and says so). The schedule drains whatever it costs.
 In this order, it never launches: for an event that does not concern the consumer ("ignored"); for a
 consumer that cannot run as it stands ("source_replaced": its source table is another table than the one
 its ledger follows; "invalid_task": a column its task reads is missing or was dropped, or its model's
-weights do not fit the GPU worker (``icebatch.core.sizing``); permanent errors
+weights do not fit the GPU worker (``icebatch.core.costs.sizing``); permanent errors
 that an operator resolves, alarmed, never retried, never a GPU job); beside
 a job of the same range ("already_launched") or another active job of the consumer; with nothing new;
 past ``max_attempts`` failed attempts from the same watermark; when the run's estimate exceeds the
@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from icebatch.core.estimate import CostCheck
+from icebatch.core.costs.estimate import CostCheck
 
 Decision = Literal[
     "launch", "dry_run", "skip", "wait", "ignored", "already_launched", "source_replaced", "invalid_task"

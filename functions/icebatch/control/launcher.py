@@ -29,8 +29,8 @@ from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_name, ra
 from icebatch.control.triggers import Trigger, relevance
 from icebatch.core.bus import EventPublisher
 from icebatch.core.consumers import Consumer
+from icebatch.core.costs.estimate import CostCheck, Estimate, cost_check, estimate_run, spent_on
 from icebatch.core.errors import InvalidEventError, InvalidTaskError, SourceReplacedError
-from icebatch.core.estimate import CostCheck, Estimate, cost_check, estimate_run, spent_on
 from icebatch.core.events import BatchJobSubmitted, SnapshotRange
 from icebatch.core.ledger import Backlog, Pending, ResultsLedger, new_run_id
 from icebatch.core.settings import Settings

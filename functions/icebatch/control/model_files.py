@@ -1,5 +1,5 @@
 """The model's own small files, read where the engine will read them, so that the launcher can size it
-(``icebatch.core.sizing``) before it buys a GPU node: a local folder, or an ``s3://`` prefix (the launcher's
+(``icebatch.core.costs.sizing``) before it buys a GPU node: a local folder, or an ``s3://`` prefix (the launcher's
 role may read ``config.json`` and ``model.safetensors.index.json`` there, nothing else). A Hugging Face id
 is not read here (the engine's node downloads it): such a model is not sized in advance."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 from icebatch.core.aws_clients import aws_client
 from icebatch.core.consumers import Consumer
+from icebatch.core.costs.sizing import ReadJson, gpu_memory_problem, model_size
 from icebatch.core.settings import Settings
-from icebatch.core.sizing import ReadJson, gpu_memory_problem, model_size
 
 log = logging.getLogger(__name__)
 MAX_BYTES = 4 * 1024 * 1024  # a config or an index is a few KB; a file this big is not one

@@ -5,7 +5,7 @@
   the same name, even if it saw a newer snapshot, so concurrent launches collide on 409 AlreadyExists
   instead of racing; two deployments in one namespace never share a name. A failed attempt does not
   block the range: the next launch uses ``a<n+1>``, up to ``ICEBATCH_MAX_ATTEMPTS``.
-- **Size**: the GPU worker group's replicas = the job's engine replicas (``icebatch.core.estimate``), each
+- **Size**: the GPU worker group's replicas = the job's engine replicas (``icebatch.core.costs.estimate``), each
   worker with ``ICEBATCH_TENSOR_PARALLEL_SIZE`` GPUs (one engine across them).
 - **Lifetime**: ``shutdownAfterJobFinishes`` with a short ``ttlSecondsAfterFinished`` (60 s, not the seed's
   1200), an ``activeDeadlineSeconds``, a ``preRunningDeadlineSeconds`` (a cluster that never comes up,
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from icebatch.core.consumers import Consumer
-from icebatch.core.instances import MIB, parse_memory
+from icebatch.core.costs.instances import MIB, parse_memory
 from icebatch.core.settings import Settings
 
 API_VERSION = "ray.io/v1"

@@ -17,15 +17,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.aws_clients import aws_client, unreachable
-from icebatch.core.batch_prices import BatchPrice
 from icebatch.core.bus import load_adapter
+from icebatch.core.costs.prices import BatchPrice
+from icebatch.core.costs.report import completed_text, failed_text, subject
 from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
 from icebatch.core.events import EVENT_SOURCE, BatchJobCompleted, BatchJobFailed
-from icebatch.core.report import completed_text, failed_text, subject
 from icebatch.core.untrusted import summarize, validation_summary
 
 if TYPE_CHECKING:
-    from icebatch.core.last_runs import PastRun
+    from icebatch.core.costs.last_runs import PastRun
     from icebatch.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def build_report(
     report = _report(detail, event_id=event_id, prices=prices)
     if last_runs is None:
         return report
-    from icebatch.core.last_runs import last_runs_text
+    from icebatch.core.costs.last_runs import last_runs_text
 
     per_1k = detail.cost.usd_per_1k_rows if isinstance(detail, BatchJobCompleted) else None
     noun = detail.row_noun if isinstance(detail, BatchJobCompleted) else "rows"
@@ -258,7 +258,7 @@ def read_last_runs(settings: Settings, detail: BatchJobCompleted | BatchJobFaile
         return None
     try:
         from icebatch.core.consumers import consumer_named, load_consumers
-        from icebatch.core.last_runs import past_runs
+        from icebatch.core.costs.last_runs import past_runs
         from icebatch.core.ledger import open_ledger
 
         consumer = consumer_named(load_consumers(settings), detail.consumer)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, model_validator
 
-from icebatch.core.costs import CostBreakdown
+from icebatch.core.costs.run_cost import CostBreakdown
 from icebatch.core.untrusted import CONSUMER_NAME, DEPLOYMENT, RUN_ID
 
 if TYPE_CHECKING:

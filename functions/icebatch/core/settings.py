@@ -44,12 +44,7 @@ from pydantic_settings.exceptions import SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
 from icebatch.core import untrusted
-from icebatch.core.batch_prices import AS_OF as BATCH_PRICES_AS_OF
-from icebatch.core.batch_prices import DEFAULT_SPEC as DEFAULT_BATCH_PRICES
-from icebatch.core.batch_prices import BatchPrice, parse_prices
-from icebatch.core.errors import ConfigError
-from icebatch.core.failpoints import POINTS
-from icebatch.core.instances import (
+from icebatch.core.costs.instances import (
     INSTANCE_TYPES,
     BillingRate,
     Resources,
@@ -58,6 +53,11 @@ from icebatch.core.instances import (
     parse_cpu,
     parse_memory,
 )
+from icebatch.core.costs.prices import AS_OF as BATCH_PRICES_AS_OF
+from icebatch.core.costs.prices import DEFAULT_SPEC as DEFAULT_BATCH_PRICES
+from icebatch.core.costs.prices import BatchPrice, parse_prices
+from icebatch.core.errors import ConfigError
+from icebatch.core.failpoints import POINTS
 
 ENV_PREFIX = "ICEBATCH_"
 TABLE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
@@ -318,7 +318,7 @@ class ClusterSettings(Section):
         return Resources(cpu_milli=parse_cpu(self.worker_cpu), memory_mib=parse_memory(self.worker_memory))
 
     def hosting_instance_types(self, gpus: int = 1) -> list[str]:
-        """The allowed instance types a worker with ``gpus`` fits (types unknown to ``icebatch.core.instances``
+        """The allowed instance types a worker with ``gpus`` fits (types unknown to ``icebatch.core.costs.instances``
         are kept)."""
         requests = self.worker_requests
         return [

@@ -96,7 +96,7 @@ class Demo:
         )
 
     def estimates(self, consumers: list[Consumer], settings: Settings | None = None) -> list[dict[str, Any]]:
-        from icebatch.core.estimate import estimate_run
+        from icebatch.core.costs.estimate import estimate_run
         from icebatch.core.ledger import open_ledger
 
         s = settings or self.settings

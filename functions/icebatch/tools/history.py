@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from icebatch.core.consumers import Consumer
+from icebatch.core.costs.estimate import run_cost
 from icebatch.core.errors import PermanentError
-from icebatch.core.estimate import run_cost
 from icebatch.core.events import BatchJobCompleted, completed_event
 from icebatch.core.ledger import Key, ResultsLedger, RunPlan, RunRecord, open_ledger
 from icebatch.core.settings import Settings

@@ -120,7 +120,7 @@ class LocalBackend(JobBackend):
     def _run_inprocess(self, spec: JobSpec, path: Path, record: dict[str, Any]) -> Submission:
         from icebatch_job.job import JobRequest, run_job
 
-        from icebatch.core import console
+        from icebatch.core.terminal import console
         from icebatch.tools.run_log import to_run_log
 
         settings = self.settings.with_overrides(concurrency=spec.gpus, job_consumer=spec.consumer.to_json())

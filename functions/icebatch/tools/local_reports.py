@@ -24,10 +24,10 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
 from icebatch.control.reporter import CostReport, Notifier
-from icebatch.core import console
 from icebatch.core.bus import JOB_PRINTED_ITS_REPORT
 from icebatch.core.errors import PermanentError
 from icebatch.core.settings import Settings
+from icebatch.core.terminal import console
 from icebatch.core.untrusted import summarize
 
 

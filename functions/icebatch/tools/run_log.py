@@ -1,4 +1,4 @@
-"""A run's full log under the home, with the terminal kept for icebatch's own lines (``icebatch.core.console``).
+"""A run's full log under the home, with the terminal kept for icebatch's own lines (``core.terminal.console``).
 
 While ``to_run_log(path)`` is open, this process's file descriptors 1 and 2 write to ``path``: Python's
 ``sys.stdout``/``sys.stderr``, every logging handler on them, Ray's forwarded worker output, and every process
@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from icebatch.core import console
 from icebatch.core.settings import Settings, ensure_folder
+from icebatch.core.terminal import console
 
 
 def run_log_path(settings: Settings, what: str) -> Path:

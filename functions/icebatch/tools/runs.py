@@ -28,7 +28,7 @@ from typing import Any
 
 from icebatch.control.failure_records import recorded_failures
 from icebatch.core.consumers import Consumer
-from icebatch.core.estimate import run_cost
+from icebatch.core.costs.estimate import run_cost
 from icebatch.core.events import BatchJobFailed
 from icebatch.core.ledger import Key, ResultsLedger, RunRecord
 from icebatch.core.settings import Settings

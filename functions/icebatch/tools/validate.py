@@ -128,9 +128,8 @@ def _columns(ledger: ResultsLedger, source: Table, watermark: Any) -> str:
 
 def _results(ledger: ResultsLedger, consumer: Consumer) -> str:
     """The results table's columns can take the task's answers (a column of another type cannot)."""
-    from icebatch_job.commit.results import results_schema
-
     from icebatch.core.errors import InvalidTaskError
+    from icebatch.core.ledger.results_table import results_schema
 
     table = ledger.results()
     if table is None:

@@ -25,17 +25,11 @@ from typing import TYPE_CHECKING, Any
 from icebatch.core.errors import IncompleteRunError, TaskSpecError, TooManyErrorsError
 from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger import Chunk, CommitResult, Key, ProgressRaceError, ResultsLedger, RunPlan, RunTotals
+from icebatch.core.ledger.results_table import STATUS_ERROR, results_arrow_schema, results_schema
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.commit.done import SOURCE_FILE_COLUMN, SOURCE_POS_COLUMN, DoneRows, committed_rows
-from icebatch_job.commit.results import (
-    STATS_COLUMNS,
-    STATUS_ERROR,
-    RunStats,
-    results_arrow_schema,
-    results_schema,
-    write_data_files,
-)
+from icebatch_job.commit.results import STATS_COLUMNS, RunStats, write_data_files
 
 if TYPE_CHECKING:
     import pyarrow as pa

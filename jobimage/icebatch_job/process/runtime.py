@@ -13,8 +13,6 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -65,23 +63,6 @@ def prepare_environment(settings: Settings, *, device: str = "cpu", model: str |
         os.environ.setdefault(key, value)
     (settings.home / "cache").mkdir(parents=True, exist_ok=True)
     return {k: os.environ[k] for k in env}
-
-
-@contextmanager
-def quiet_handler_records(log_level: str) -> Iterator[None]:
-    """While a command runs on this machine, the Lambda handlers it calls in-process (the local reporter after
-    a job, the launcher behind `icebatch launch` and `invoke`) keep their JSON records to themselves unless
-    asked (``-v``, ICEBATCH_LOG_LEVEL=DEBUG): on a terminal they fell between the command's own lines. Their
-    warnings and errors still show; an explicit POWERTOOLS_LOG_LEVEL wins; Lambda is untouched. The variable is
-    put back afterwards (a test calling the command line in-process leaves nothing behind)."""
-    key, before = "POWERTOOLS_LOG_LEVEL", os.environ.get("POWERTOOLS_LOG_LEVEL")
-    if log_level.upper() != "DEBUG" and before is None:
-        os.environ[key] = "WARNING"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(key, None)
 
 
 def init_ray(settings: Settings, env: dict[str, str], *, num_cpus: int | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from icebatch.core.ledger.results_table import results_arrow_schema
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.columns import (
@@ -26,7 +27,7 @@ from icebatch_job.columns import (
     TIME_TAKEN_LLM,
     TRUNCATED,
 )
-from icebatch_job.commit.results import result_row, results_arrow_schema
+from icebatch_job.commit.results import result_row
 
 if TYPE_CHECKING:
     import pyarrow as pa

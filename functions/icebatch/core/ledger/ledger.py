@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from icebatch.core.catalog import SOURCE_FIX, load_table, open_catalog, table_exists
+from icebatch.core.costs.report import range_text, watermark_text
 from icebatch.core.errors import (
     CommitOutcomeUnknownError,
     IcebatchError,
@@ -49,7 +50,6 @@ from icebatch.core.ledger.summary import (
     read_progress,
     recorded_source,
 )
-from icebatch.core.report import range_text, watermark_text
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from icebatch.core.costs.instances import BillingRate
 from icebatch.core.errors import WatermarkError
-from icebatch.core.instances import BillingRate
 from icebatch.core.ledger.columns import parse_field_ids
 from icebatch.core.ledger.lineage import ancestry
 from icebatch.core.untrusted import INT64_MAX, summarize, whole_number

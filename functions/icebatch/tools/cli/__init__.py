@@ -4,7 +4,7 @@ Every command reads the same settings (``ICEBATCH_*`` environment variables, see
 and the same consumers file, and calls the same code the Lambdas and the job run. Errors are one line on
 stderr with the fix; exit statuses are in ``icebatch.core.errors`` (0 done, 1 the job failed, 2 bad input
 or configuration, 3 a dependency is unavailable, 5 the job's range was already covered). With ``--json`` a
-failure is also one JSON document on stdout (``icebatch.core.command_line``).
+failure is also one JSON document on stdout (``icebatch.core.terminal.command_line``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from icebatch import __version__
-from icebatch.core.command_line import StrictParser, run_cli
 from icebatch.core.settings import Settings
+from icebatch.core.terminal.command_line import StrictParser, run_cli
 from icebatch.tools.cli import checks, data, init, jobs, launch, meta, results, runs
 from icebatch.tools.cli.common import Handler
 
@@ -91,7 +91,7 @@ def _run_with(args: argparse.Namespace, settings: Settings) -> int:
     level = logging.DEBUG if args.verbose else getattr(logging, settings.top.log_level.upper(), logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     _quiet_libraries(args.verbose)
-    from icebatch_job.process.runtime import quiet_handler_records
+    from icebatch.core.terminal.command_line import quiet_handler_records
 
     handler: Handler = args.handler
     with quiet_handler_records(logging.getLevelName(level)):

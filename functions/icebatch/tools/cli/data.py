@@ -6,8 +6,8 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from icebatch.core.costs.report import watermark_text
 from icebatch.core.errors import PermanentError
-from icebatch.core.report import watermark_text
 from icebatch.core.settings import Settings
 from icebatch.tools.cli.common import (
     bounded_int,
@@ -60,7 +60,7 @@ def pending_dict(p: Pending | None, *, end_expired: bool = False) -> dict[str, A
 
 
 def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch.core.estimate import cost_check
+    from icebatch.core.costs.estimate import cost_check
     from icebatch.core.ledger import open_ledger
 
     found, stale, costs = [], set(), {}
@@ -122,7 +122,7 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch.core.estimate import cost_check, estimate_run, spent_on
+    from icebatch.core.costs.estimate import cost_check, estimate_run, spent_on
     from icebatch.core.ledger import open_ledger
 
     out = []
@@ -285,7 +285,7 @@ def labelled_again(source: Any, watermark: int | None, target: int | None) -> in
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch.core.report import completed_text
+    from icebatch.core.costs.report import completed_text
     from icebatch.tools.history import completed_from_ledger
 
     event = completed_from_ledger(settings, selected(settings, args.consumer), args.run_id)

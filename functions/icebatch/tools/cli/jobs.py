@@ -12,7 +12,7 @@ def cmd_job_run(args: argparse.Namespace, settings: Settings) -> int:
     Ray's, vLLM's and the handlers' records go to the run's log under the home (``-v``: to the terminal too)."""
     from icebatch_job.cli import run_command
 
-    from icebatch.core import console
+    from icebatch.core.terminal import console
     from icebatch.tools.run_log import run_log_path, to_run_log
 
     if getattr(args, "verbose", False):

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from icebatch.core.costs.report import watermark_text
 from icebatch.core.errors import EXIT_OK, EXIT_PERMANENT
-from icebatch.core.json_stdout import stdout_kept_for_json
-from icebatch.core.report import watermark_text
 from icebatch.core.settings import Settings
+from icebatch.core.terminal.json_stdout import stdout_kept_for_json
 from icebatch.tools.cli.common import consumer_option, print_json
 
 DECISION_KEYS = (

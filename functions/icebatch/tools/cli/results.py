@@ -10,10 +10,10 @@ import sys
 from typing import Any
 
 from icebatch.core.errors import TableNotFoundError
+from icebatch.core.ledger.results_table import STATUSES
 from icebatch.core.settings import Settings
 from icebatch.tools.cli.common import bounded_int, consumer_option, one, print_json, text
 
-STATUSES = ("ok", "invalid_output", "inference_error", "empty_input")  # icebatch_job.commit.results.STATUSES
 TEXT_WIDTH = 60  # a cell's characters at most, in the table (--json has them whole)
 
 

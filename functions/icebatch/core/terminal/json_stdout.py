@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from icebatch.core import console
+from icebatch.core.terminal import console
 
 
 @contextlib.contextmanager
@@ -27,7 +27,7 @@ def stdout_kept_for_json(enabled: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _console_kept_for_json() -> Iterator[None]:
-    """The console's report lines (``icebatch.core.console.say``) go to its stderr too."""
+    """The console's report lines (``icebatch.core.terminal.console.say``) go to its stderr too."""
     previous = console.current()
     console.redirect((console.err(), console.err()))
     try:

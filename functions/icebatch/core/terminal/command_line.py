@@ -7,6 +7,8 @@
   one JSON document on stdout, ``{"error": {"exit_status": ..., "type": ..., "message": ...}}``: stdout is
   exactly one JSON document whether the command succeeded or not, so a script reading it can tell a
   failure from empty output.
+- A module of an extra that is not installed (``launch`` without the ``lambda`` extra, a job without ``cpu``)
+  is one line naming the extra to install, status 2, not a traceback (``missing_extra``).
 - A reader that goes away (``icebatch ledger runs | head -1``) ends the command quietly with status 141, as
   a command killed by SIGPIPE ends; a broken pipe anywhere else (a socket, a child) is an error as any other.
 """
@@ -19,7 +21,8 @@ import os
 import select
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from icebatch.core.errors import (
@@ -33,6 +36,20 @@ from icebatch.core.errors import (
 from icebatch.core.untrusted import summarize
 
 JSON_FLAG = "--json"
+# the top-level module a feature imports -> the extra of pyproject.toml that installs it
+EXTRAS = {
+    "aws_lambda_powertools": "lambda",
+    "kubernetes": "lambda",
+    "boto3": "lambda",
+    "pyarrow": "job",
+    "ray": "job",
+    "psutil": "job",
+    "sqlalchemy": "job",
+    "vllm": "cpu",
+    "torch": "cpu",
+    "transformers": "cpu",
+    "tokenizers": "cpu",
+}
 MAX_MESSAGE = 2000
 
 
@@ -54,6 +71,26 @@ class StrictParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(self.prog, self.format_usage(), message)
+
+
+class MissingExtraError(PermanentError):
+    """What the command needs is in an extra of the package that is not installed."""
+
+
+def missing_extra(error: BaseException) -> MissingExtraError | None:
+    """The error to report for a module an extra would have installed (None: not one of them)."""
+    name = ""
+    if isinstance(error, ModuleNotFoundError):
+        name = (error.name or "").split(".")[0]
+    elif type(error).__name__ == "NotInstalledError" and "SQLAlchemy" in str(error):  # pyiceberg's SQL catalog
+        name = "sqlalchemy"
+    extra = EXTRAS.get(name)
+    if extra is None:
+        return None
+    hint = " (a GPU node's image: icebatch[gpu])" if extra == "cpu" else ""
+    return MissingExtraError(
+        f"this needs {name}, which the {extra!r} extra installs: pip install 'icebatch[{extra}]'{hint}"
+    )
 
 
 def error_document(error: BaseException, status: int) -> dict[str, Any]:
@@ -108,6 +145,8 @@ def run_cli(
         args = parser.parse_args(argv)
         return body(args)
     except Exception as e:
+        if (missing := missing_extra(e)) is not None:
+            return fail(program, missing, as_json=json_wanted(argv, args))
         if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
             # what is still buffered can go nowhere: without this, the interpreter's last flush fails too
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -128,3 +167,20 @@ def _stdout_reader_gone() -> bool:
         return any(events & select.POLLERR for _fd, events in poller.poll(0))
     except (OSError, ValueError):  # no descriptor (stdout replaced or closed)
         return False
+
+
+@contextmanager
+def quiet_handler_records(log_level: str) -> Iterator[None]:
+    """While a command runs on this machine, the Lambda handlers it calls in-process (the local reporter after
+    a job, the launcher behind `icebatch launch` and `invoke`) keep their JSON records to themselves unless
+    asked (``-v``, ICEBATCH_LOG_LEVEL=DEBUG): on a terminal they fell between the command's own lines. Their
+    warnings and errors still show; an explicit POWERTOOLS_LOG_LEVEL wins; Lambda is untouched. The variable is
+    put back afterwards (a test calling the command line in-process leaves nothing behind)."""
+    key, before = "POWERTOOLS_LOG_LEVEL", os.environ.get("POWERTOOLS_LOG_LEVEL")
+    if log_level.upper() != "DEBUG" and before is None:
+        os.environ[key] = "WARNING"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)

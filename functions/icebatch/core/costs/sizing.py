@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from icebatch.core.instances import INSTANCE_TYPES
+from icebatch.core.costs.instances import INSTANCE_TYPES
 from icebatch.core.settings import Settings
 
 GIB = 1024**3

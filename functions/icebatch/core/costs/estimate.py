@@ -15,7 +15,7 @@ From metadata and the ledger only (the launcher never reads data files):
 
 Whether a run pays (``CostCheck``, the launcher's cost gate): its $ per 1k rows, start-up and idle tail included,
 against the consumer's ceiling -- its ``max_usd_per_1k_rows``, else its ``cost_reference``: what the same tokens cost
-at a batch API (``icebatch.core.batch_prices``) -- and how many rows in all make a run pay: a run's cost is a fixed
+at a batch API (``icebatch.core.costs.prices``) -- and how many rows in all make a run pay: a run's cost is a fixed
 part (start-up, idle tail) plus a part per row, so its price per row falls as it grows, towards the part per row.
 """
 
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from icebatch.core.batch_prices import BatchPrice
 from icebatch.core.consumers import Consumer
-from icebatch.core.costs import CostBreakdown, CostInputs, cost_breakdown
+from icebatch.core.costs.prices import BatchPrice
+from icebatch.core.costs.run_cost import CostBreakdown, CostInputs, cost_breakdown
 from icebatch.core.ledger.summary import Key, RunRecord, RunTotals
 from icebatch.core.settings import Settings
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from icebatch.core.estimate import run_cost
+from icebatch.core.costs.estimate import run_cost
 from icebatch.core.ledger import RunRecord
 from icebatch.core.settings import Settings
 

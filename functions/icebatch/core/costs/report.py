@@ -5,7 +5,7 @@ One renderer for both, so that what the job prints and what finance receives can
 
 from __future__ import annotations
 
-from icebatch.core.batch_prices import BatchPrice, comparison
+from icebatch.core.costs.prices import BatchPrice, comparison
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed
 
 

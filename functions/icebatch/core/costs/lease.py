@@ -1,7 +1,7 @@
 """A job as a GPU lease: one start-up paid for several consumers' rows, and for the rows that keep landing.
 
 A job's bill is a fixed part (start-up: node, image, weights, engine; the idle tail after it) and a part per row
-(``icebatch.core.estimate``). The cost gate asks whether one consumer's run pays for its fixed part. A lease spreads
+(``estimate``). The cost gate asks whether one consumer's run pays for its fixed part. A lease spreads
 that part over more rows:
 
 - **Sharing**: consumers of one model due together run in one job: the fixed part is paid once (the largest of
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from icebatch.core.consumers import Consumer
-from icebatch.core.estimate import Ceiling, CostCheck, ceiling, estimate_run, idle_tail_seconds, pace
+from icebatch.core.costs.estimate import Ceiling, CostCheck, ceiling, estimate_run, idle_tail_seconds, pace
 from icebatch.core.ledger.summary import RunRecord
 from icebatch.core.settings import Settings
 
