@@ -193,7 +193,7 @@ bench: env
 	$(PY) -m bench.streaming_history
 	$(PY) -m bench.content_identity
 	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 3 $(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))
-	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 2 --model small --output-tokens 96
+	$(PY) -m bench.pipeline_vs_bare --rows 1000 --runs 2 --model small --output-tokens 48
 	$(PY) -m bench.scale_out --rows 1000
 	$(PY) -m bench.chunk_cost --rows 2000
 	$(PY) -m bench.tokens_per_row
