@@ -151,6 +151,8 @@ def _run_like_the_pod(world: World, manifest: dict[str, Any]) -> subprocess.Comp
     )
 
 
+# two real jobs, one after the other, beside the hygiene tier's on two cores: more than pytest's 900 s per test
+@pytest.mark.timeout(2 * JOB_TIMEOUT)
 def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world: World) -> None:
     d = world.deployed
     # given tickets committed to the source table in Glue (the warehouse in S3, its EventBridge turned on)

@@ -136,8 +136,7 @@ def _left_after_grace(mark: str, shm_before: set[str], seen: dict[int, float] | 
 
 @pytest.fixture
 def job_settings(tmp_path: Path, tiny_model: Path) -> Settings:
-    """The embedded default (the engine in the job's process tree) over 1,500 tickets: long enough to be caught
-    between its first results and its last on a loaded machine (600 were done before a signal could land)."""
+    """The embedded default (the engine in the job's process tree) over 600 tickets."""
     home = tmp_path / "home"
     s = Settings(
         home=home,
@@ -146,7 +145,7 @@ def job_settings(tmp_path: Path, tiny_model: Path) -> Settings:
         consumers_file=consumers_file(home / "consumers", {"name": "triage", "backlog_threshold": 1}),
     )
     table = ensure_source_table(open_catalog(s), s.catalog.source_table)
-    append_tickets(table, generate_tickets(1500, random.Random(7)))
+    append_tickets(table, generate_tickets(600, random.Random(7)))
     return s
 
 
@@ -192,10 +191,13 @@ EXPECTED_STATUS = {"SIGTERM": EXIT_INTERRUPTED, "SIGINT": EXIT_INTERRUPTED}
 def test_nothing_outlives_a_job_ended_while_its_engine_runs(
     job_settings: Settings, marks: list[str], ending: str, repeat: int
 ) -> None:
-    # given the job with its engine answering (its first results in: every process of its tree is up)
-    job, mark, shm = _start(job_settings, marks)
-    seen = _wait_for(job, mark, "engine")
+    # given the job with its engine answering: its first results in (every process of its tree is up), the job
+    # held there by the failpoint chunk.buffered, so that it cannot finish before the signal lands
+    job, mark, shm = _start(job_settings, marks, failpoint="chunk.buffered@1")
+    assert job.wait_for_failpoint(timeout=600) is not None, job.output()[-3000:]
+    seen = _started(tree(job, mark))
     assert any("raylet" in line for line in tree(job, mark).values()), seen
+    assert any("VLLM::EngineCor" in line for line in tree(job, mark).values()), seen
     # when it is ended this way
     signum, group = ENDINGS[ending]
     if group:
