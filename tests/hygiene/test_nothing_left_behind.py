@@ -61,15 +61,19 @@ def marked(mark: str) -> list[str]:
 
 def tree(job: JobProcess, mark: str) -> dict[int, str]:
     """The job's processes now, 'pid name command line' by pid: those that carry its mark and those that descend
-    from it (a process whose environment block was overwritten by its title, as setproctitle may, is still its
-    parent's child)."""
+    from it (a process whose environment block was overwritten by its title, as setproctitle does for vLLM's, is
+    still its parent's child). One pass over every process: a walk from the job would lose its whole answer to a
+    process ending mid-walk (Ray runs short-lived commands while it starts)."""
     found = {int(line.split(" ", 1)[0]): line for line in marked(mark)}
-    try:
-        for p in psutil.Process(job.proc.pid).children(recursive=True):
+    children: dict[int, list[psutil.Process]] = {}
+    for p in psutil.process_iter(["ppid"]):
+        children.setdefault(p.info["ppid"] or 0, []).append(p)
+    todo = [job.proc.pid]
+    while todo:
+        for p in children.get(todo.pop(), []):
+            todo.append(p.pid)
             with contextlib.suppress(psutil.Error):
                 found.setdefault(p.pid, f"{p.pid} {p.name()} {' '.join(p.cmdline())[:100]}")
-    except psutil.NoSuchProcess:
-        pass
     return found
 
 
