@@ -4,8 +4,9 @@ No download: the model is the Llama-3.1-8B architecture from ``bench/gpu/llama-3
 ``load_format=dummy`` (random weights; the architecture's cost, not its answers) and the tiny local
 tokenizer for the prompts. Every row generates exactly ``--output-tokens`` tokens (322 by default, the
 seed's tickets: ``ignore_eos``, ``min_tokens`` = ``max_tokens``), without structured output (a random
-model's JSON would end early) and without vLLM's detokenizing (its token ids can lie outside the tokenizer's
-vocabulary; the job still decodes each answer once, as it always does, and skips those ids). Both sides
+model's JSON would end early). vLLM detokenizes the answers on both sides (the job parses text); a random
+model's token ids can lie outside the tokenizer's vocabulary, and this bench has not run on a GPU since the job
+stopped decoding answers itself (8b3190f). Both sides
 are whole processes over the same tickets, as in ``bench.pipeline_vs_bare``.
 
 Run it in the job image on a GPU node (it needs vLLM's CUDA build); it exits non-zero with one line on a

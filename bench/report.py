@@ -247,7 +247,8 @@ def render() -> str:
             + ": both "
             "sides are whole processes alternated in one run, over the same tickets, sharing one warm model cache; "
             "the bare script writes nothing back, and detokenizes as vLLM does by default (as tokens arrive) "
-            "where the job decodes each answer once, when its batch is done."
+            "where the job of the recorded runs (before 8b3190f) decoded each answer once, when its batch was done "
+            "(the job now leaves decoding to vLLM too)."
             + (
                 " The job misses its goal here "
                 f"({'; '.join(_missed_text(x) for x in missed)}): "
