@@ -179,7 +179,7 @@ def _download_tokenizer(source: str, local: Path) -> None:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
             for item in page.get("Contents", []):
                 name = item["Key"][len(prefix) :]
-                if name and not name.endswith(WEIGHTS):
+                if name not in ("", ".", "..") and "/" not in name and not name.endswith(WEIGHTS):  # a file here
                     s3.download_file(bucket, item["Key"], str(partial / name))
         if not any((partial / name).is_file() for name in TOKENIZER_FILES):
             raise ModelUnavailableError(f"no tokenizer under {source} (none of {', '.join(TOKENIZER_FILES)}): {fix}")
