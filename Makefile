@@ -96,11 +96,12 @@ sam-check: $(SAM_VENV)/.installed
 
 # Tiers: fast (unit, contract, functional), fault (the real job killed at chosen points, behind one small
 # vLLM server), engine + e2e (real vLLM on CPU), aws (the production path on moto, with the engine too),
-# reliability (the tests that race threads, alone and 20 times shuffled). Each runs in its own process: a
-# native crash in one cannot take the others down. Fault runs beside fast, aws and reliability in turn; then
-# hygiene (the real job ended every way) alone, then engine + e2e alone (their engines would share the cores). A background tier's log is printed when its foreground ends. (Three tiers at once
-# on two cores starved Ray's start-up past its timeout.) The tests transform template.yaml with SAM's own
-# translator, from SAM CLI's virtualenv.
+# hygiene (the real job ended every way), reliability (the tests that race threads, alone and repeated shuffled).
+# Each runs in its own process: a native crash in one cannot take the others down. Two chains run side by side:
+# the tiers that start Ray and vLLM one after another (two jobs' Ray starts at once on two cores outlast Ray's fixed
+# 30 s for a raylet to register), and the light ones (fast, then reliability) beside them, in the background; its
+# log is printed when the first chain ends. The tests transform template.yaml with SAM's own translator, from SAM
+# CLI's virtualenv.
 export SAM_PYTHON := $(SAM_VENV)/bin/python
 FAST := not engine and not e2e and not aws and not fault and not hygiene
 LOGS := $(ICEBATCH_HOME)/test-logs
@@ -110,12 +111,10 @@ beside = mkdir -p $(LOGS); echo "== $(2) started in the background (log: $(LOGS)
 	fg=0; $(3) || fg=$$?; rc=0; wait $$bg || rc=$$?; \
 	echo "== $(2) (exit $$rc)"; cat $(LOGS)/$(2).log; [ $$fg -eq 0 ] && [ $$rc -eq 0 ]
 
-# fault beside the foreground tiers; hygiene alone after them (its jobs' Ray starts beside aws's jobs, on two cores,
-# outlasted Ray's fixed 30 s for a raylet to register once the job started Ray as ray.init does)
-FAULT = $(PY) -m pytest -m fault $(PYTEST_ARGS)
-# fast, then aws, then reliability (each in its own process; each runs whatever the others give)
-BESIDE_FAULT = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
-	$(PY) -m pytest -m aws $(PYTEST_ARGS) || rc=1; $(MAKE) --no-print-directory reliability || rc=1; exit $$rc )
+LIGHT = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
+	$(MAKE) --no-print-directory reliability RELIABILITY_REPEAT=5 || rc=1; exit $$rc )
+HEAVY = ( rc=0; for tier in fault aws hygiene "engine or e2e"; do echo "== $$tier"; \
+	$(PY) -m pytest -m "$$tier" $(PYTEST_ARGS) || rc=1; done; exit $$rc )
 
 # The documentation site: mkdocs-material in its own virtualenv, keyed by its lock; built strictly (a broken link
 # or anchor, a page missing from the nav fail the build).
@@ -138,9 +137,7 @@ browser:
 		{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }; }
 
 test: lint sam-check browser docs
-	@$(call beside,$(FAULT),fault,$(BESIDE_FAULT))
-	$(PY) -m pytest -m hygiene $(PYTEST_ARGS)
-	$(PY) -m pytest -m "engine or e2e" $(PYTEST_ARGS)
+	@$(call beside,$(LIGHT),fast+reliability,$(HEAVY))
 
 test-fast: env $(SAM_VENV)/.installed browser
 	$(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS)
@@ -149,14 +146,15 @@ test-fault: env
 	$(PY) -m pytest -m fault $(PYTEST_ARGS)
 
 # The tests that race threads or processes: each alone in a fresh process, then all of them 20 times in
-# a shuffled order (the seed is printed; ICEBATCH_TEST_SHUFFLE=<seed> replays it).
+# a shuffled order (the seed is printed; ICEBATCH_TEST_SHUFFLE=<seed> replays it). make test repeats them 5 times.
 RELIABILITY_SEED ?= $(shell date +%s)
+RELIABILITY_REPEAT ?= 20
 test-reliability: env $(SAM_VENV)/.installed reliability
 
 reliability:
 	@for t in $$($(PY) -m pytest -m concurrency --collect-only -q -p no:cacheprovider | grep '::'); do \
 		echo "== alone: $$t"; $(PY) -m pytest -q -p no:cacheprovider "$$t" || exit 1; done
-	ICEBATCH_TEST_REPEAT=20 ICEBATCH_TEST_SHUFFLE=$(RELIABILITY_SEED) $(PY) -m pytest -q -m concurrency $(PYTEST_ARGS)
+	ICEBATCH_TEST_REPEAT=$(RELIABILITY_REPEAT) ICEBATCH_TEST_SHUFFLE=$(RELIABILITY_SEED) $(PY) -m pytest -q -m concurrency $(PYTEST_ARGS)
 
 # `make test` runs 200 lifecycles in a fixed order and 200 at random; this runs more at random (LIFECYCLE_EXAMPLES, default
 # 5,000; LIFECYCLE_SEED replays a run: its seed is printed, and with a failure its steps).

@@ -7,12 +7,16 @@ import os
 import re
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 from icebatch.core.consumers import load_consumers
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
+
+from tests.support.leftovers import MARK, marked, shared_memory
 
 # Ray Core's ERROR line for every actor Ray Data restarts without end whose constructor takes a reference
 RAY_57733 = re.compile(
@@ -25,16 +29,20 @@ pytestmark = pytest.mark.e2e
 def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_backfill(tmp_path: Path) -> None:
     home = tmp_path / ".icebatch"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
+    mark, shm_before = uuid.uuid4().hex, shared_memory()
     done = subprocess.run(
         [sys.executable, "-m", "icebatch.tools.cli", "demo", "--tickets", "120", "--batches", "3"],
         capture_output=True,
         text=True,
         # the handlers' JSON records, kept off a terminal by default, asked for as Powertools users ask for them
-        env={**env, "ICEBATCH_HOME": str(home), "POWERTOOLS_LOG_LEVEL": "INFO"},
+        env={**env, "ICEBATCH_HOME": str(home), "POWERTOOLS_LOG_LEVEL": "INFO", MARK: mark},
         timeout=900,
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # nothing its two finished jobs started outlives the demo (each ended what it started as it exited), nor
+    # the engines' queues in /dev/shm
+    assert _left_after(mark, shm_before) == []
     out = done.stdout
     # every step, in order
     positions = [out.index(f"==> {n}/7") for n in range(1, 8)]
@@ -84,3 +92,11 @@ def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_
         ledger = open_ledger(settings, consumer)
         ids = ledger.results().scan(selected_fields=("source_id",)).to_arrow()["source_id"].to_pylist()
         assert len(ids) == len(set(ids)) == 120 and ledger.backlog().rows == 40
+
+
+def _left_after(mark: str, shm_before: set[str], grace_seconds: float = 10) -> list[str]:
+    """The marked processes alive, and the queues left, ``grace_seconds`` after the demo's end."""
+    deadline = time.monotonic() + grace_seconds
+    while (left := [*marked(mark), *sorted(shared_memory() - shm_before)]) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return left

@@ -74,14 +74,16 @@ from icebatch_job.local.reaper import start_reaper
 child = subprocess.Popen(["sleep", "300"], start_new_session=True)  # in a group of its own, as vLLM's are
 watchdog = start_reaper(poll_seconds=3600)  # it looks for the job's descendants now, then not for an hour
 time.sleep(2)  # its first look
+if "--late" in sys.argv:  # a child started since that look (as Ray starts its workers): the watchdog has not seen it
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
 print(watchdog, child.pid, flush=True)
 sys.stdin.readline()
 """
 
 
-def _watched() -> tuple[subprocess.Popen[str], psutil.Process, psutil.Process]:
+def _watched(*args: str) -> tuple[subprocess.Popen[str], psutil.Process, psutil.Process]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", WATCHED],
+        [sys.executable, "-c", WATCHED, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -129,6 +131,19 @@ def test_the_watchdog_outlives_a_kill_of_the_jobs_whole_process_group() -> None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     # then the watchdog, not in that group, kills the child the job left, and exits
+    _, alive = psutil.wait_procs([child, watchdog], timeout=30)
+    for p in alive:
+        p.kill()
+    assert alive == []
+
+
+def test_the_watchdog_kills_a_process_the_job_started_since_its_last_look() -> None:
+    # given a job whose watchdog looked for its descendants before the job started a child in a group of its own
+    proc, watchdog, child = _watched("--late")
+    # when the job's whole process group is killed without notice, before the watchdog looks again
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    # then the watchdog finds the orphaned child by the job's mark in its environment, kills it, and exits
     _, alive = psutil.wait_procs([child, watchdog], timeout=30)
     for p in alive:
         p.kill()

@@ -53,3 +53,17 @@ def test_a_signal_that_lands_inside_a_print_to_stderr_still_stops_the_job_cleanl
     assert child.stdout == "stopped by SIGTERM; the next attempt resumes the run\n"
     assert "a second signal exits at once" in child.stderr and "a failpoint's line" in child.stderr
     assert "Traceback" not in child.stderr and "reentrant" not in child.stderr
+
+
+def test_sigint_is_handled_as_sigterm_is() -> None:
+    # given the job's interrupts installed (in a process of its own: the handlers are the process's)
+    code = (
+        "import signal\n"
+        "from icebatch_job.process.interrupts import Interrupts\n"
+        "Interrupts(drain_seconds=60).install()\n"
+        "on_int, on_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)\n"
+        "print(on_int == on_term, callable(on_int))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    # then Ctrl-C takes the path a pod's SIGTERM takes (the hygiene tier ends a running job with SIGTERM only)
+    assert done.stdout.split() == ["True", "True"], done.stderr

@@ -75,6 +75,21 @@ def process_table() -> dict[int, tuple[int, float]]:
     return out
 
 
+def carrying(entry: str) -> set[int]:
+    """The live processes of this user whose environment holds ``entry`` ("NAME=value") as it was started
+    (a process that overwrote its environment block, as setproctitle does for a long title, is not found)."""
+    needle = f"\0{entry}\0".encode()
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if needle in b"\0" + (proc / "environ").read_bytes():
+                    found.add(int(proc.name))
+            except OSError:  # gone meanwhile, or another user's
+                continue
+    return found
+
+
 def _parents() -> dict[int, int]:
     """pid -> parent pid, for every process visible in /proc (zombies included)."""
     return {pid: ppid for pid, (ppid, _) in process_table().items()}
