@@ -186,7 +186,7 @@ def test_launcher_role_allows_only_what_the_launcher_does() -> None:
 
 
 def test_gpu_node_pool_matches_the_rayjob() -> None:
-    pool, node_class = one("NodePool"), one("EC2NodeClass")
+    pool, node_class = one("NodePool"), _node_class("icebatch-gpu")
     worker = _worker()["template"]["spec"]
     assert pool["metadata"]["name"] == DEFAULTS.cluster.gpu_node_pool == worker["nodeSelector"]["karpenter.sh/nodepool"]
     taint = pool["spec"]["template"]["spec"]["taints"][0]
@@ -199,6 +199,23 @@ def test_gpu_node_pool_matches_the_rayjob() -> None:
     assert pool["spec"]["disruption"]["consolidateAfter"] == f"{DEFAULTS.cluster.karpenter_consolidate_seconds}s"
     assert pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]
     assert node_class["spec"]["instanceStorePolicy"] == "RAID0"  # NVMe model cache
+
+
+def _node_class(name: str) -> dict[str, Any]:
+    return next(c for c in every("EC2NodeClass") if c["metadata"]["name"] == name)
+
+
+def test_the_image_cache_node_class_differs_from_the_default_only_in_its_os_and_disks() -> None:
+    # given the default GPU node class and the one whose data volume holds the job image (docs/deploy.md)
+    default, cached = _node_class("icebatch-gpu"), _node_class("icebatch-gpu-image-cache")
+    # then a NodePool pointed at the second gets nodes with the same role, network and NVMe cache ...
+    same = ("role", "subnetSelectorTerms", "securityGroupSelectorTerms", "instanceStorePolicy")
+    assert {k: cached["spec"][k] for k in same} == {k: default["spec"][k] for k in same}
+    # ... on Bottlerocket, whose images live on the data volume made from the snapshot, initialized at a set rate
+    assert cached["spec"]["amiSelectorTerms"] == [{"alias": "bottlerocket@latest"}]
+    disks = {d["deviceName"]: d["ebs"] for d in cached["spec"]["blockDeviceMappings"]}
+    assert disks["/dev/xvdb"]["snapshotID"].startswith("REPLACE-ME") and disks["/dev/xvdb"]["volumeInitializationRate"]
+    assert all(d["encrypted"] and d["deleteOnTermination"] for d in disks.values())
 
 
 def test_service_account_and_pod_monitor_match_the_job_pods() -> None:
