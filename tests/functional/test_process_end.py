@@ -178,3 +178,18 @@ def test_the_jobs_orphans_are_handed_to_it_and_ended_with_it() -> None:
     # ... and at the job's end it is killed and reaped: no process, not even a zombie, is left of it
     assert lines[1] == f"{orphan} sleep", (lines, err)
     assert lines[2] == "False", (lines, err)
+
+
+def test_settings_still_read_from_the_environment_of_a_job_with_a_watchdog() -> None:
+    # given a process whose watchdog marked its environment (every process it starts inherits the mark)
+    code = (
+        "from icebatch_job.local.reaper import start_reaper, TREE_VARIABLE\n"
+        "import os\n"
+        "start_reaper()\n"
+        "assert TREE_VARIABLE in os.environ\n"
+        "from icebatch.core.settings import Settings\n"
+        "print(Settings.from_env().engine.batch_size)\n"
+    )
+    out, err = _python(code).communicate(timeout=60)
+    # then its settings (and those of each process it starts) read as before: the mark is not an unknown setting
+    assert out.strip().isdigit(), err

@@ -63,8 +63,9 @@ ENV_PREFIX = "ICEBATCH_"
 TABLE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 DEPLOYMENT = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
 # Not settings: read by the Makefile, the tests or the benchmarks, allowed beside the settings.
-# not settings: the dev environment's (Makefile)
-_IGNORED_VARS = {"ICEBATCH_VENV", "ICEBATCH_CACHE", "ICEBATCH_PYTHON", "ICEBATCH_TEST_KEEP"}
+# not settings: the dev environment's (Makefile), and the mark a local job's processes inherit (its watchdog's:
+# icebatch_job.local.reaper)
+_IGNORED_VARS = {"ICEBATCH_VENV", "ICEBATCH_CACHE", "ICEBATCH_PYTHON", "ICEBATCH_TEST_KEEP", "ICEBATCH_JOB_TREE"}
 _SECRET = re.compile(r"CREDENTIAL|TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 _environ: ContextVar[Mapping[str, str] | None] = ContextVar("icebatch_environ", default=None)
 
