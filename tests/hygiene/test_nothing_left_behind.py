@@ -7,11 +7,13 @@ point of its life, and then looks through every process on the machine for the m
 10 s after the job's end, and no shared memory the job created may be left in /dev/shm (vLLM's queues).
 ``HYGIENE_REPEAT=N`` runs each case N times (a race that shows one time in three).
 
-Six jobs, three minutes each on two cores, so each case is a path of its own: a running job ended by the
+Five jobs, three minutes each on two cores, so each case is a path of its own: a running job ended by the
 signal it handles (SIGTERM; SIGINT has the same handler: tests/unit/test_interrupts.py), by a kill of its
 process alone (Ray's head processes follow by the kernel's parent-death signal) or of its whole group (only the
-watchdog is left to act), by its terminal closing; a job whose engine is starting stopped, or killed with its
-group as the CLI that runs it in-process. A job that finishes leaves nothing either: tests/e2e/test_demo.py.
+watchdog is left to act: its terminal closing, SIGHUP to the group, which the job does not handle, ends it the
+same way, and what survives a SIGHUP is left to the same watchdog); a job whose engine is starting stopped, or
+killed with its group as the CLI that runs it in-process. A job that finishes leaves nothing either:
+tests/e2e/test_demo.py.
 """
 
 from __future__ import annotations
@@ -166,7 +168,6 @@ ENDINGS = {  # what ends the job: (signal, to its whole process group?)
     "SIGTERM": (signal.SIGTERM, False),  # a pod's deletion, a RayJob's deadline, `kill`; Ctrl-C's SIGINT alike
     "SIGKILL": (signal.SIGKILL, False),  # an OOM kill, `kill -9 <pid>`
     "SIGKILL to the group": (signal.SIGKILL, True),  # a CI timeout, a supervisor, `kill -9 -<pgid>`
-    "SIGHUP to the group": (signal.SIGHUP, True),  # its terminal closing
 }
 EXPECTED_STATUS = {"SIGTERM": EXIT_INTERRUPTED}
 
