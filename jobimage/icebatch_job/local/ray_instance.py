@@ -100,5 +100,6 @@ def _end_the_tree(started: float) -> None:
     if ray is not None and ray.is_initialized():
         ray.shutdown()
     end_descendants()
-    if left := unlink_left_segments(started):
-        log.info("unlinked shared memory the job's processes left: %s", ", ".join(f"/dev/shm/{n}" for n in left))
+    if left := unlink_left_segments(started):  # every run's (Ray kills the engine's actor): routine, and at exit the
+        # terminal is the user's again (`icebatch job run` shows icebatch's own lines there, the rest in its log)
+        log.debug("unlinked shared memory the job's processes left: %s", ", ".join(f"/dev/shm/{n}" for n in left))
