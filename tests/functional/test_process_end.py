@@ -123,27 +123,17 @@ def test_the_watchdog_kills_what_is_left_when_the_job_ends_not_at_its_next_look(
     assert alive == []
 
 
-def test_the_watchdog_outlives_a_kill_of_the_jobs_whole_process_group() -> None:
-    # given a job (in a process group of its own) whose watchdog has seen its child, which is in another group
-    proc, watchdog, child = _watched()
+@pytest.mark.parametrize("late", [False, True], ids=["a child it has seen", "a child started since its last look"])
+def test_the_watchdog_outlives_a_kill_of_the_jobs_whole_process_group(late: bool) -> None:
+    # given a job (in a process group of its own) whose watchdog looked for its descendants once, and a child of
+    # the job in another group, started before that look or after it (as Ray starts its workers)
+    proc, watchdog, child = _watched(*(["--late"] if late else []))
     assert os.getsid(watchdog.pid) not in (os.getsid(proc.pid), os.getsid(0))  # a session of its own
     # when the job's whole process group is killed without notice (a CI timeout, a supervisor, `kill -9 -PGID`)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    # then the watchdog, not in that group, kills the child the job left, and exits
-    _, alive = psutil.wait_procs([child, watchdog], timeout=30)
-    for p in alive:
-        p.kill()
-    assert alive == []
-
-
-def test_the_watchdog_kills_a_process_the_job_started_since_its_last_look() -> None:
-    # given a job whose watchdog looked for its descendants before the job started a child in a group of its own
-    proc, watchdog, child = _watched("--late")
-    # when the job's whole process group is killed without notice, before the watchdog looks again
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    # then the watchdog finds the orphaned child by the job's mark in its environment, kills it, and exits
+    # then the watchdog, not in that group, kills the child the job left (one it has not seen: found by the job's
+    # mark in its environment), and exits
     _, alive = psutil.wait_procs([child, watchdog], timeout=30)
     for p in alive:
         p.kill()
