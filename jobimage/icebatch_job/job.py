@@ -342,7 +342,7 @@ def prepare(run: JobRun) -> bool:
 
 
 def _committer(run: JobRun, policy: ChunkPolicy, release: Callable[[int], None] = lambda _rows: None) -> ChunkCommitter:
-    from icebatch_job.plan.work import last_commit
+    from icebatch_job.plan.work import last_commit, source_id_field
 
     p, work, task = run.plan, run.work, run.consumer.task
     assert p is not None and work is not None and run.source is not None
@@ -358,6 +358,7 @@ def _committer(run: JobRun, policy: ChunkPolicy, release: Callable[[int], None] 
         guard=run.interrupts.critical if run.interrupts else nullcontext,
         release=release,
         finalize=last_commit(run.ledger, p, task, run.source, work, run.out),
+        source_id=source_id_field(run.source, p, task.id_column),
     )
 
 

@@ -21,7 +21,7 @@ from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_POS
 from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
 from icebatch_job.commit.results import RunStats, result_row
 from icebatch_job.plan.source import read_rows
-from icebatch_job.plan.work import last_commit, plan_work
+from icebatch_job.plan.work import last_commit, plan_work, source_id_field
 from pyiceberg.table import Table
 
 from tests.support.consumers import triage
@@ -144,8 +144,10 @@ def run_once(
     plan: RunPlan | None = None,
     transform: Callable[[Iterator[pa.Table]], Iterator[pa.Table]] | None = None,
     chunk_rows: int = 10**6,
+    typed_ids: bool = True,
 ) -> ExecutedRun | None:
-    """What the job does with a plan, with the rule-based labeller: the rows not yet done, in chunks."""
+    """What the job does with a plan, with the rule-based labeller: the rows not yet done, in chunks.
+    ``typed_ids=False``: a results table the run creates holds ids as text, as one made before ids kept their type."""
     source = ledger.source()
     plan = plan or ledger.plan(source=source)
     if plan is None:
@@ -163,6 +165,7 @@ def run_once(
         attempt=attempt,
         totals=lambda stats, redone: run_totals(plan, stats, redone, attempt_seconds=attempt.seconds, model="rules"),
         finalize=last_commit(ledger, plan, task, source, work),
+        source_id=source_id_field(source, plan, task.id_column) if typed_ids else None,
     )
     batches: Iterator[pa.Table] = iter(read_rows(work.planned, work.skip))
     if transform is not None:

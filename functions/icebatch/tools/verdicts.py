@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.errors import ConfigError
+from icebatch.core.ledger.results_table import id_texts, source_id_type
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,7 +61,7 @@ def current_verdicts(
         base = And(base, EqualTo(term="status", value=status))
     wanted = (*verdicts, "error", *failed, "run_id")
     id_name = consumer.task.id_column
-    filter_ = _parse(where, results.schema(), inputs, reads, source.schema())
+    filter_ = _parse(where, results.schema(), inputs, reads, source.schema(), _id_names(consumer, reads, results))
     if filter_ is None or filter_.results_only:
         row_filter = base if filter_ is None else And(base, filter_.expression)
         first = _sorted(results.scan(row_filter=row_filter, selected_fields=("source_id",)).to_arrow()).slice(0, limit)
@@ -74,6 +75,18 @@ def current_verdicts(
     joined = _join(found, _source_rows(source, reads, id_name, inputs, None), inputs)
     kept = joined.filter(filter_.arrow())
     return Shown(columns, _sorted(kept.select(list(columns))).slice(0, limit).to_pylist(), True)
+
+
+def _id_names(consumer: Consumer, reads: SourceColumns, results: Table) -> set[str]:
+    """The names a ``--where`` may call ``source_id`` by: the task's id column, and the source's name for it (now, and
+    as the results table recorded it), unless the results table has a column of that name."""
+    from icebatch.core.ledger.results_table import SOURCE_ID_COLUMN
+
+    by_task = {r.task_name: r.source_name for r in reads.columns}
+    id_column = consumer.task.id_column
+    names = {id_column, by_task.get(id_column, ""), results.properties.get(SOURCE_ID_COLUMN)}
+    taken = {f.name for f in results.schema().fields}
+    return {n for n in names if n and n not in taken}
 
 
 def _input_names(consumer: Consumer, results_schema: Schema) -> dict[str, str]:
@@ -99,16 +112,23 @@ class _Filter:
 
 
 def _parse(
-    where: str | None, results_schema: Schema, inputs: dict[str, str], reads: SourceColumns, source_schema: Schema
+    where: str | None,
+    results_schema: Schema,
+    inputs: dict[str, str],
+    reads: SourceColumns,
+    source_schema: Schema,
+    id_names: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> _Filter | None:
     if where is None:
         return None
     from pyiceberg.expressions.parser import parse
     from pyiceberg.expressions.visitors import bind, extract_field_ids
     from pyiceberg.schema import Schema
+    from pyiceberg.types import StringType
 
     try:
-        expression = parse(where)
+        as_text = isinstance(source_id_type(results_schema), StringType)
+        expression = _renamed(parse(where), id_names, as_text)
     except Exception as e:  # pyparsing's ParseException, pyiceberg's ValueError for a bad literal
         raise ConfigError(
             f"--where {where[:80]!r} does not parse: {str(e)[:200]} (e.g. \"status = 'ok' and "
@@ -136,6 +156,31 @@ def _parse(
     return _Filter(expression, False, joined, named)
 
 
+def _renamed(expression: BooleanExpression, names: set[str], as_text: bool) -> BooleanExpression:
+    """``expression`` with every reference to one of ``names`` made a reference to ``source_id`` (``as_text``: with its
+    values as text, for a results table made before ids kept their type)."""
+    from pyiceberg.expressions import And, LiteralPredicate, Not, Or, Reference, SetPredicate, UnaryPredicate
+    from pyiceberg.expressions.literals import literal
+
+    def value(v: Any) -> Any:
+        return literal(str(v.value)) if as_text else v
+
+    e: Any = expression
+    if isinstance(e, And | Or):
+        return type(e)(_renamed(e.left, names, as_text), _renamed(e.right, names, as_text))
+    if isinstance(e, Not):
+        return Not(_renamed(e.child, names, as_text))
+    if not isinstance(getattr(e, "term", None), Reference) or e.term.name not in names | {"source_id"}:
+        return expression
+    if isinstance(e, LiteralPredicate):
+        return type(e)(Reference("source_id"), value(e.literal))
+    if isinstance(e, SetPredicate):
+        return type(e)(Reference("source_id"), {value(v) for v in e.literals})
+    if isinstance(e, UnaryPredicate):
+        return type(e)(Reference("source_id"))
+    return expression
+
+
 def _source_rows(
     source: Table, reads: SourceColumns, id_name: str, inputs: dict[str, str], ids: pa.ChunkedArray | None
 ) -> pa.Table:
@@ -150,7 +195,7 @@ def _source_rows(
     id_type = source.schema().find_field(id_read.field_id).field_type
     row_filter: Any = AlwaysTrue()
     if ids is not None:
-        texts = [t for t in pc.unique(ids).to_pylist() if t is not None]
+        texts = [t for t in pc.unique(id_texts(ids)).to_pylist() if t is not None]
         if not texts:
             return pa.table({"__id": pa.array([], pa.string()), **{n: pa.array([]) for n in inputs.values()}})
         if isinstance(id_type, StringType):
@@ -168,7 +213,7 @@ def _join(verdicts: pa.Table, rows: pa.Table, inputs: dict[str, str]) -> pa.Tabl
     """Each verdict with its source row's prompt columns (nulls where the row is gone: a run removes it next)."""
     import pyarrow.compute as pc
 
-    at = pc.index_in(verdicts.column("source_id"), value_set=rows.column("__id"))
+    at = pc.index_in(id_texts(verdicts.column("source_id")), value_set=rows.column("__id"))
     out = verdicts
     for name in inputs.values():
         out = out.append_column(name, rows.column(name).take(at))

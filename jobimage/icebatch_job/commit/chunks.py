@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from icebatch.core.errors import IncompleteRunError, TaskSpecError, TooManyErrorsError
 from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger import Chunk, CommitResult, Key, ProgressRaceError, ResultsLedger, RunPlan, RunTotals
-from icebatch.core.ledger.results_table import STATUS_ERROR, results_arrow_schema, results_schema
+from icebatch.core.ledger.results_table import STATUS_ERROR, results_arrow_schema, results_schema, source_id_type
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.commit.done import SOURCE_FILE_COLUMN, SOURCE_POS_COLUMN, DoneRows, committed_rows
@@ -34,6 +34,7 @@ from icebatch_job.commit.results import STATS_COLUMNS, RunStats, write_data_file
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import Table
+    from pyiceberg.types import IcebergType
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class ChunkCommitter:
         guard: Callable[[], AbstractContextManager[object]] = nullcontext,
         release: Callable[[int], None] = lambda _rows: None,
         finalize: Callable[[pa.Table], tuple[Any, dict[str, str]]] | None = None,
+        source_id: tuple[str, IcebergType] | None = None,
     ) -> None:
         self.ledger, self.plan, self.task = ledger, plan, task
         self.done, self.stats, self.head, self.chunks = start.done, start.stats, start.head, start.chunks
@@ -158,6 +160,7 @@ class ChunkCommitter:
         self.guard = guard
         self.release = release  # rows that left the job's hands (committed, or dropped as done): their permits
         self.finalize = finalize  # the last commit's rows -> what it deletes (a filter) and records
+        self.source_id = source_id  # the source id's name and type, for a results table this run creates
         self.table: Table | None = None
         self.schema = results_arrow_schema(task)
         self._buffer: list[pa.Table] = []
@@ -327,6 +330,10 @@ class ChunkCommitter:
         )
 
     def _results_table(self) -> Table:
+        """The results table (created by the first commit), and the schema rows are written in: its ``source_id``
+        type (the rows hold ids as text until then)."""
         if self.table is None:
-            self.table = self.ledger.ensure_results_table(results_schema(self.task))
+            name, id_type = self.source_id if self.source_id is not None else (None, None)
+            self.table = self.ledger.ensure_results_table(results_schema(self.task, id_type), name)
+            self.schema = results_arrow_schema(self.task, source_id_type(self.table.schema()))
         return self.table

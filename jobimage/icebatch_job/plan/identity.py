@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from icebatch.core.ledger import superseded_filter
+from icebatch.core.ledger.results_table import id_texts
 
 from icebatch_job.columns import SOURCE_FILE, SOURCE_HASH, SOURCE_ID, SOURCE_POS
 from icebatch_job.commit.done import DoneRows
@@ -125,8 +126,10 @@ def _verdicts(
     not_equal_to: Any = NotEqualTo
     others = And(equal_to("task_version", task_version), not_equal_to("run_id", run_id))
     table = results.scan(row_filter=others, selected_fields=columns).to_arrow()
-    table = table.filter(pc.is_in(table.column("source_id"), value_set=pa.array(sorted(ids), pa.string())))
-    found = table.column("source_id").to_pylist()
+    texts = id_texts(table.column("source_id"))
+    mask = pc.is_in(texts, value_set=pa.array(sorted(ids), pa.string()))
+    found = texts.filter(mask).to_pylist()
+    table = table.filter(mask)
     hashes = table.column("source_hash").to_pylist() if hashed else [None] * len(found)
     return {(i, h) for i, h in zip(found, hashes, strict=True) if h is not None}, {
         i for i, h in zip(found, hashes, strict=True) if h is None
@@ -183,21 +186,21 @@ def removals(
         gone = gone_ids(live_column(source, to_snapshot, id_column), verdicts)
     # (results files are written per chunk: a filter on the run prunes to its own files by their column bounds)
     mine = results.scan(row_filter=equal_to("run_id", run_id), selected_fields=("source_id",)).to_arrow()
-    relabelled = sorted({*mine.column(0).to_pylist(), *labelled})
+    relabelled = sorted({*id_texts(mine.column(0)).to_pylist(), *labelled})
     if not relabelled:
         return Removals(tuple(gone), ())
     others = results.scan(
         row_filter=superseded_filter(relabelled, run_id, task_version), selected_fields=("source_id",)
     ).to_arrow()
-    superseded = sorted(set(others.column(0).to_pylist()) - set(gone))
+    superseded = sorted(set(id_texts(others.column(0)).to_pylist()) - set(gone))
     return Removals(tuple(gone), tuple(superseded))
 
 
 def gone_ids(live: pa.ChunkedArray, verdict_ids: pa.ChunkedArray) -> list[str]:
-    """The distinct ``verdict_ids`` (result rows' ``source_id`` texts) that are the text of no value of ``live`` (the
-    source's id column), sorted. Without a Python object per row (a source has millions: ``make bench``): integer
-    ids are compared as integers (a text that is not an integer's own, ``"007"``, is no live id's), strings by
-    their text, in an anti join; other types by ``str`` of each value."""
+    """The distinct ``verdict_ids`` (result rows' ``source_id``: integers, or text) that are no value of ``live`` (the
+    source's id column), as text, sorted. Without a Python object per row (a source has millions: ``make bench``):
+    integer ids are compared as integers (a text that is not an integer's own, ``"007"``, is no live id's), strings
+    by their text, in an anti join; other types by ``str`` of each value."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -209,13 +212,16 @@ def gone_ids(live: pa.ChunkedArray, verdict_ids: pa.ChunkedArray) -> list[str]:
             numbers = pc.cast(verdict_ids, pa.int64())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a text that is no integer: compared as text
             numbers = None
+        if numbers is not None and pa.types.is_integer(verdict_ids.type):  # a results table of typed ids
+            gone = _not_in(numbers.to_numpy(), pc.drop_null(pc.cast(live, pa.int64())).to_numpy())
+            return sorted(str(i) for i in np.unique(gone).tolist())
         if numbers is not None:
             own = pc.equal(pc.cast(numbers, pa.string()), pc.cast(verdict_ids, pa.string()))
             others = pc.unique(verdict_ids.filter(pc.invert(own))).to_pylist()  # not an integer's text: gone
             gone = _not_in(numbers.filter(own).to_numpy(), pc.drop_null(pc.cast(live, pa.int64())).to_numpy())
             return sorted({*(str(i) for i in np.unique(gone).tolist()), *others})
     texts = id_texts(live).cast(pa.large_string())
-    left = pa.table({"id": pc.cast(verdict_ids, pa.large_string())})
+    left = pa.table({"id": id_texts(verdict_ids).cast(pa.large_string())})
     found = left.join(pa.table({"id": texts}), "id", join_type="left anti")
     return sorted(pc.unique(found.column("id")).to_pylist())
 
@@ -231,17 +237,6 @@ def _not_in(values: np.ndarray, live: np.ndarray) -> np.ndarray:
         return values[~np.isin(values, live, kind="table")]
     joined = pa.table({"id": values}).join(pa.table({"id": live}), "id", join_type="left anti")
     return joined.column("id").to_numpy()
-
-
-def id_texts(values: pa.ChunkedArray) -> pa.Array:
-    """Source ids as result rows hold them (``str`` of the value), one per row: Arrow's cast for strings and
-    integers (the same text, without a Python object per row), ``str`` otherwise."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type) or pa.types.is_integer(values.type):
-        return pc.cast(values, pa.string()).combine_chunks()
-    return pa.array([str(v) for v in values.to_pylist()], pa.string())
 
 
 def labelled_ids(rows: pa.Table) -> list[str]:

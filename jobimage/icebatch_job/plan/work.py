@@ -10,17 +10,19 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.ledger import Key, ResultsLedger, RunPlan
+from icebatch.core.ledger.results_table import id_texts
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.commit.chunks import RunProgress, load_progress
 from icebatch_job.commit.done import DoneRows, committed_rows
 from icebatch_job.plan.deletes import readable_deletes
-from icebatch_job.plan.identity import id_texts, labelled_ids, removals, unchanged
+from icebatch_job.plan.identity import labelled_ids, removals, unchanged
 from icebatch_job.plan.source import PlannedRange, plan_range, read_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import Table
+    from pyiceberg.types import IcebergType
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,19 @@ def plan_work(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Tabl
     return replace(plan, expected_rows=rows), work
 
 
+def source_id_field(source: Table, plan: RunPlan, id_column: str) -> tuple[str, IcebergType] | None:
+    """The source's name for the task's id column and the type results hold it in (``results_table.id_type_for``);
+    None where the plan does not say which field it is (results then hold it as text)."""
+    from icebatch.core.ledger.results_table import id_type_for
+
+    reads = {r.task_name: r for r in plan.source_columns.columns} if plan.source_columns else {}
+    read = reads.get(id_column)
+    if read is None:
+        return None
+    field = source.schema().find_field(read.field_id)
+    return field.name, id_type_for(field.field_type)
+
+
 def committed_contents(ledger: ResultsLedger, plan: RunPlan) -> list[tuple[str, int | None]]:
     """The (id, content hash) of the rows a run's earlier attempts committed, as its plan saw them (its head): a
     resumed attempt of a range matched by content counts them as sent (``identity.unchanged``)."""
@@ -79,7 +94,7 @@ def committed_contents(ledger: ResultsLedger, plan: RunPlan) -> list[tuple[str, 
     columns = ("source_id", "source_hash") if hashed else ("source_id",)
     rows = committed_rows(results, plan.run_id, plan.task_version, columns, plan.head_snapshot_id)
     hashes = rows.column("source_hash").to_pylist() if hashed else [None] * rows.num_rows
-    return list(zip(rows.column("source_id").to_pylist(), hashes, strict=True))
+    return list(zip(id_texts(rows.column("source_id")).to_pylist(), hashes, strict=True))
 
 
 def repeats(planned: PlannedRange, results: Table | None, task_version: int, run_id: str | None) -> bool:
@@ -105,7 +120,7 @@ def repeats(planned: PlannedRange, results: Table | None, task_version: int, run
     columns = ("source_id", "run_id") if run_id else ("source_id",)  # a run's first attempt has no verdict yet
     labelled = results.scan(row_filter=equal_to("task_version", task_version), selected_fields=columns).to_arrow()
     # the range's ids are the small set: the results' ids are looked up in it, not the other way round
-    hits = labelled.filter(pc.is_in(labelled.column("source_id"), value_set=pc.unique(mine)))
+    hits = labelled.filter(pc.is_in(id_texts(labelled.column("source_id")), value_set=pc.unique(mine)))
     if not run_id:
         return bool(hits.num_rows)
     return bool(hits.num_rows) and bool(pc.any(pc.not_equal(hits.column("run_id"), run_id)).as_py())

@@ -35,6 +35,7 @@ from icebatch.core.errors import (
 from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger.backlog import Backlog, compute_backlog, pin_range_end, same_table, watermark_sequence
 from icebatch.core.ledger.columns import SourceColumns, parse_field_ids, resolve_columns
+from icebatch.core.ledger.results_table import SOURCE_ID_COLUMN, id_texts, source_id_type, with_id_type
 from icebatch.core.ledger.summary import (
     NO_RETRIES,
     NONE,
@@ -380,14 +381,18 @@ class ResultsLedger:
         return find_run(results.metadata if results else None, run_id)
 
     # --- writing ---------------------------------------------------------------------------------
-    def ensure_results_table(self, schema: Schema) -> Table:
-        """Create the results table (or add new columns to it). Turns pyiceberg's commit retry off."""
+    def ensure_results_table(self, schema: Schema, id_column: str | None = None) -> Table:
+        """Create the results table (or add new columns to it). Turns pyiceberg's commit retry off. ``id_column``:
+        the source's name for ``source_id``, a property of a new table. A table that exists keeps its ``source_id``
+        (text in one made before ids kept their type)."""
         from pyiceberg.exceptions import TableAlreadyExistsError
 
         namespace = self.results_table.split(".")[0]
         if not self.catalog.namespace_exists(namespace):  # creating an existing one needs glue:CreateDatabase
             self.catalog.create_namespace_if_not_exists(namespace)
         props = {**NO_RETRIES, Key.CONSUMER: self.consumer.name, Key.SOURCE_TABLE: self.source_table}
+        if id_column is not None:
+            props[SOURCE_ID_COLUMN] = id_column
         # Look before creating: a create writes a metadata file first, which an "already exists" orphans.
         if table_exists(self.catalog, self.results_table):
             table = self.catalog.load_table(self.results_table)
@@ -398,6 +403,7 @@ class ResultsLedger:
                 )
             except TableAlreadyExistsError:  # a concurrent run created it first
                 table = self.catalog.load_table(self.results_table)
+        schema = with_id_type(schema, source_id_type(table.schema()))
         missing = [f.name for f in schema.fields if table.schema().find_field(f.name, case_sensitive=False) is None]
         if missing:
             log.info("adding columns %s to %s", missing, self.results_table)
@@ -667,8 +673,9 @@ def _has_results_of(results: Table, task_version: int) -> bool:
 
 
 def superseded_filter(ids: Sequence[str], run_id: str, task_version: int) -> BooleanExpression:
-    """The verdicts of ``task_version`` of these source ids from runs other than ``run_id``: those a verdict of
-    ``run_id`` supersedes (the row changed, and that run labelled it again)."""
+    """The verdicts of ``task_version`` of these source ids (as text: pyiceberg binds them to ``source_id``'s type)
+    from runs other than ``run_id``: those a verdict of ``run_id`` supersedes (the row changed, and that run
+    labelled it again)."""
     from pyiceberg.expressions import And, EqualTo, In, NotEqualTo
 
     equal_to: Any = EqualTo  # the pydantic mypy plugin misreads these expressions' own __init__
@@ -686,11 +693,11 @@ def superseded_by_run(table: Table, run_id: str, task_version: int) -> list[str]
         row_filter=And(equal_to("run_id", run_id), equal_to("task_version", task_version)),
         selected_fields=("source_id",),
     ).to_arrow()
-    ids = sorted(set(mine.column(0).to_pylist()))
+    ids = sorted(set(id_texts(mine.column(0)).to_pylist()))
     if not ids:
         return []
     others = table.scan(row_filter=superseded_filter(ids, run_id, task_version), selected_fields=("source_id",))
-    return sorted(set(others.to_arrow().column(0).to_pylist()))
+    return sorted(set(id_texts(others.to_arrow().column(0)).to_pylist()))
 
 
 def open_ledger(settings: Settings, consumer: Consumer, *, control_plane: bool = False) -> ResultsLedger:

@@ -10,9 +10,13 @@ Every source row of a run becomes exactly one result row with an explicit ``stat
 - ``empty_input``: every input column was blank: nothing to label (the model's answer, if any, is kept in
   ``raw_output``, not taken as labels).
 
-Each row names its source row (``source_file``, ``source_pos``: which data file, which position) and its
-content (``source_hash``). The job writes the rows (``icebatch_job.commit.results``), the ledger reads them
-(``icebatch.core.ledger``), the CLI queries them (``icebatch results``).
+Each row names its source row: its id (``source_id``, in the source's own type where that is a string or an
+integer, so that results sort, filter and join as the source does; the source's name for it is the table
+property ``icebatch.source-id-column``; tables made before hold it as text, and still work), where it is stored
+(``source_file``, ``source_pos``: which data file, which position) and its content (``source_hash``). Inside the
+job ids travel as text (``id_texts``), turned into the table's type as rows are written. The job writes the
+rows (``icebatch_job.commit.results``), the ledger reads them (``icebatch.core.ledger``), the CLI queries them
+(``icebatch results``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from icebatch.core.task import TaskSpec
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.schema import Schema
+    from pyiceberg.types import IcebergType
 
 STATUS_OK = "ok"
 STATUS_INVALID = "invalid_output"
@@ -32,8 +37,12 @@ STATUS_EMPTY = "empty_input"  # every input blank: the model's answer is kept in
 STATUSES = (STATUS_OK, STATUS_INVALID, STATUS_ERROR, STATUS_EMPTY)
 
 
-def _system_fields() -> list[Any]:
-    """The results table's own columns, in order (field ids 1..16): the one declaration of them."""
+SOURCE_ID_COLUMN = "icebatch.source-id-column"  # table property: the source's name for ``source_id``
+
+
+def _system_fields(id_type: IcebergType | None = None) -> list[Any]:
+    """The results table's own columns, in order (field ids 1..16): the one declaration of them. ``id_type``: the
+    source id's (``id_type_for``; default text)."""
     from pyiceberg.types import (
         BooleanType,
         DoubleType,
@@ -45,7 +54,7 @@ def _system_fields() -> list[Any]:
     )
 
     return [
-        NestedField(1, "source_id", StringType(), required=True, doc="Id of the source row"),
+        NestedField(1, "source_id", id_type or StringType(), required=True, doc="Id of the source row"),
         NestedField(2, "run_id", StringType(), required=True, doc="Run that produced this row"),
         NestedField(
             3, "status", StringType(), required=True, doc="ok | invalid_output | inference_error | empty_input"
@@ -75,16 +84,24 @@ def _system_fields() -> list[Any]:
 SYSTEM_COLUMNS = tuple(f.name for f in _system_fields())
 
 
-def results_schema(task: TaskSpec) -> Schema:
+def id_type_for(source_type: IcebergType) -> IcebergType:
+    """What ``source_id`` holds for a source id of ``source_type``: the same type for a string or an integer (``int``,
+    ``long``), text for any other (a UUID, a decimal, a date: its ``str``, as before)."""
+    from pyiceberg.types import IntegerType, LongType, StringType
+
+    return source_type if isinstance(source_type, StringType | IntegerType | LongType) else StringType()
+
+
+def results_schema(task: TaskSpec, id_type: IcebergType | None = None) -> Schema:
     """System columns, then one optional column per output property of the task.
 
     A row is identified by its source row and the task version: a new version is a backfill beside the
-    old version's rows.
+    old version's rows. ``id_type``: ``source_id``'s (``id_type_for`` the source's id; default text).
     """
     from pyiceberg.schema import Schema
     from pyiceberg.types import BooleanType, DoubleType, LongType, NestedField, StringType
 
-    fields = _system_fields()
+    fields = _system_fields(id_type)
     types = {"string": StringType(), "integer": LongType(), "number": DoubleType(), "boolean": BooleanType()}
     for i, (name, prop) in enumerate(task.output_fields.items()):
         if name in SYSTEM_COLUMNS:
@@ -93,7 +110,34 @@ def results_schema(task: TaskSpec) -> Schema:
     return Schema(*fields, identifier_field_ids=[1, 13])
 
 
-def results_arrow_schema(task: TaskSpec) -> pa.Schema:
+def results_arrow_schema(task: TaskSpec, id_type: IcebergType | None = None) -> pa.Schema:
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    return schema_to_pyarrow(results_schema(task), include_field_ids=False)
+    return schema_to_pyarrow(results_schema(task, id_type), include_field_ids=False)
+
+
+def with_id_type(schema: Schema, id_type: IcebergType) -> Schema:
+    """``schema`` (a results table's) with ``source_id`` of ``id_type``."""
+    from pyiceberg.schema import Schema
+
+    fields = [f.model_copy(update={"field_type": id_type}) if f.name == "source_id" else f for f in schema.fields]
+    return Schema(*fields, schema_id=schema.schema_id, identifier_field_ids=schema.identifier_field_ids)
+
+
+def source_id_type(results: Schema) -> IcebergType:
+    """The type a results table holds ``source_id`` in (text in tables made before ids kept their type)."""
+    return results.find_field("source_id").field_type
+
+
+def id_texts(values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Source ids as text, one per value (``str`` of it): how the job compares them whatever type a results table
+    or the source holds them in. Arrow's cast for strings and integers (the same text, without a Python object per
+    row), ``str`` otherwise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type) or pa.types.is_integer(values.type):
+        return pc.cast(values, pa.string())
+    return pa.array([None if v is None else str(v) for v in values.to_pylist()], pa.string())

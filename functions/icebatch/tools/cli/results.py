@@ -103,9 +103,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
   icebatch results --status invalid_output --limit 100       # what the model answered that did not parse
   icebatch results --where "urgency = 'high' and channel = 'email'" --format csv > high.csv
 --where takes pyiceberg's filter syntax (=, !=, <, <=, in (...), like 'a%', is null, and, or, not; strings
-in single quotes) over the verdict columns and the prompt columns. Over verdict columns only, it is pushed
-down to the results table and only the shown rows' source rows are read; naming a prompt column reads the
-source's id and prompt columns whole.""",
+in single quotes) over the verdict columns, the prompt columns and the id (source_id, or the source's name for
+it: "ticket_id < 'T-5'"; it keeps the source's type where that is a string or an integer). Over verdict
+columns and the id only, it is pushed down to the results table and only the shown rows' source rows are
+read; naming a prompt column reads the source's id and prompt columns whole.""",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     consumer_option(p, "the consumer (needed when several are declared)")
