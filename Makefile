@@ -115,7 +115,7 @@ beside = mkdir -p $(LOGS); echo "== $(2) started in the background (log: $(LOGS)
 LIGHT = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
 	$(MAKE) --no-print-directory reliability RELIABILITY_REPEAT=5 || rc=1; exit $$rc )
 HEAVY = ( rc=0; for tier in hygiene fault aws "engine or e2e"; do echo "== $$tier"; \
-	$(PY) -m pytest -m "$$tier" $(PYTEST_ARGS) || rc=1; done; exit $$rc )
+	$(PY) -m pytest -m "$$tier" --durations=5 $(PYTEST_ARGS) || rc=1; done; exit $$rc )
 
 # The documentation site: mkdocs-material in its own virtualenv, keyed by its lock; built strictly (a broken link
 # or anchor, a page missing from the nav fail the build).

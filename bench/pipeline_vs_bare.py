@@ -113,8 +113,20 @@ def run_job(settings: Any, cache: Path, extra_env: dict[str, str] | None = None)
     started, wall, stdout = _process(
         [sys.executable, "-m", "icebatch_job", "run", "--json"], env, settings.home / "job.log"
     )
-    r = json.loads(stdout)  # --json: stdout is exactly the job's summary
+    r = _one_document(stdout, settings.home / "job.log")
     return _side(wall, started, r["rows"], r["output_tokens"], r["first_token_at"], r["last_result_at"], r["rows_ok"])
+
+
+def _one_document(stdout: str, log: Path) -> dict[str, Any]:
+    """The job's summary: with ``--json`` its stdout is exactly one JSON document (anything else is a broken contract,
+    said with what was printed)."""
+    try:
+        return dict(json.loads(stdout))
+    except json.JSONDecodeError as e:
+        raise SystemExit(
+            f"the job's --json stdout is not one JSON document ({e}); it printed:\n{stdout[-3000:]}\n"
+            f"(its stderr: {log})"
+        ) from e
 
 
 def _side(wall: float, started: float, rows: int, tokens: int, first: float, last: float, ok: int) -> dict[str, Any]:

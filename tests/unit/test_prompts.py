@@ -93,3 +93,33 @@ def test_the_endpoint_request_breaks_up_chat_markup() -> None:
     user = body["messages"][-1]["content"]
     assert "<|system|>" not in user and "</s>" not in user and "[INST]" not in user
     assert "system" in user
+
+
+def test_the_final_only_marker_becomes_vllms_enum_only_where_vllm_is_loaded() -> None:
+    import pickle
+    import subprocess
+    import sys
+
+    from icebatch_job.stages.prompts import FinalOnly
+
+    # given a row's marker, pickled as Ray Data moves it from stage to stage
+    data = pickle.dumps(FinalOnly())
+    script = (
+        "import pickle, sys\n"
+        "{setup}"
+        "value = pickle.loads(sys.stdin.buffer.read())\n"
+        "print(type(value).__name__, getattr(value, 'name', '-'), 'vllm' in sys.modules, 'torch' in sys.modules)\n"
+    )
+
+    def unpickled(setup: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", script.format(setup=setup)], input=data, capture_output=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        return done.stdout.decode().splitlines()[-1].split()  # (vLLM logs to stdout as it loads)
+
+    # when a process without vLLM unpickles it (a Ray Data worker that moves the row on), then it stays the marker
+    # and neither vLLM nor torch is imported for it
+    assert unpickled("import icebatch_job.stages.prompts\n") == ["FinalOnly", "-", "False", "False"]
+    # when the engine's process (vLLM loaded) unpickles it, then it is vLLM's FINAL_ONLY
+    assert unpickled("import vllm.sampling_params\n")[:2] == ["RequestOutputKind", "FINAL_ONLY"]

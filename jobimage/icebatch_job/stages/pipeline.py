@@ -189,7 +189,10 @@ def build_engine_pipeline(
     import ray.data
     from ray.data.llm import build_processor
 
-    light = {"num_cpus": SMALL_CPU}  # the processor's row maps: on 2 cores, a whole CPU each starves the engine
+    # the processor's row maps (a dict per row, microseconds): a small CPU each (on 2 cores a whole CPU each starves
+    # the engine), and a task at a time per replica: each task Ray runs at once is a worker process to start (Ray,
+    # Ray Data, pyarrow: ~0.3 GB, seconds of CPU), and a budget of small CPUs started ten while the engine started
+    light = {"num_cpus": SMALL_CPU, "compute": ray.data.TaskPoolStrategy(size=cfg.concurrency)}
     processor = build_processor(
         processor_config(cfg),
         postprocess=parsed_fields,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -103,14 +104,17 @@ class PromptBuilder:
 
 
 def _final_only() -> Any:
-    from vllm.sampling_params import RequestOutputKind
-
-    return RequestOutputKind.FINAL_ONLY
+    """vLLM's ``RequestOutputKind.FINAL_ONLY`` in a process that has vLLM loaded (the engine's actor: its engine is
+    built before any row reaches it); elsewhere the marker again, so that a Ray Data worker that only moves the row
+    on (Ray Data LLM's preprocess map) does not import vLLM and torch to do it: ~0.5 GB and seconds of CPU each, in
+    every such worker (ten of them took a minute of two cores' CPU from the engine's start-up)."""
+    params = sys.modules.get("vllm.sampling_params")
+    return FinalOnly() if params is None else params.RequestOutputKind.FINAL_ONLY
 
 
 class FinalOnly:
-    """vLLM's ``RequestOutputKind.FINAL_ONLY``, named without importing vLLM in the prompt stage: the row
-    carries it pickled, and it is the enum member again once the engine's actor (which has vLLM) unpickles it.
+    """vLLM's ``RequestOutputKind.FINAL_ONLY``, named without importing vLLM: the row carries it pickled, and it is the
+    enum member again once a process that has vLLM (the engine's actor) unpickles it (``_final_only``).
     """
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
