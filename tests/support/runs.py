@@ -145,9 +145,11 @@ def run_once(
     transform: Callable[[Iterator[pa.Table]], Iterator[pa.Table]] | None = None,
     chunk_rows: int = 10**6,
     typed_ids: bool = True,
+    seconds: float = 0.0,
 ) -> ExecutedRun | None:
     """What the job does with a plan, with the rule-based labeller: the rows not yet done, in chunks.
-    ``typed_ids=False``: a results table the run creates holds ids as text, as one made before ids kept their type."""
+    ``typed_ids=False``: a results table the run creates holds ids as text, as one made before ids kept their type.
+    ``seconds``: the attempt took this much longer (as a job with an engine does: its cost is then more than 0)."""
     source = ledger.source()
     plan = plan or ledger.plan(source=source)
     if plan is None:
@@ -163,7 +165,9 @@ def run_once(
         range_rows=work.range_rows,
         policy=ChunkPolicy(chunk_rows),
         attempt=attempt,
-        totals=lambda stats, redone: run_totals(plan, stats, redone, attempt_seconds=attempt.seconds, model="rules"),
+        totals=lambda stats, redone: run_totals(
+            plan, stats, redone, attempt_seconds=attempt.seconds + seconds, model="rules"
+        ),
         finalize=last_commit(ledger, plan, task, source, work),
         source_id=source_id_field(source, plan, task.id_column) if typed_ids else None,
     )

@@ -46,7 +46,7 @@ def g(**kw) -> GateInput:  # type: ignore[no-untyped-def]
         (
             {"kind": "schedule", "estimate_usd": 2.0, "spent_today_usd": 9.0, "max_usd_per_day": 10.0},
             "skip",
-            "$9.00 spent today plus an estimated $2.00",
+            "$9.0000 spent today plus an estimated $2.0000",
         ),
         ({"backlog_rows": 99, "estimate_usd": 5.0, "max_usd_per_run": 1.0}, "skip", "< threshold"),  # no launch anyway
         ({"kind": "schedule", "dry_run": True}, "dry_run", "would launch: scheduled drain"),

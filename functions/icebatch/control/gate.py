@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from icebatch.core.costs.estimate import CostCheck
+from icebatch.core.costs.money import usd
 
 Decision = Literal[
     "launch", "dry_run", "skip", "wait", "ignored", "already_launched", "source_replaced", "invalid_task"
@@ -210,16 +211,16 @@ def _over_budget(g: GateInput) -> GateResult | None:
     if g.max_usd_per_run is not None and g.estimate_usd > g.max_usd_per_run:
         return GateResult(
             "skip",
-            f"over budget: the run is estimated at ${g.estimate_usd:,.2f}, more than the consumer's "
-            f"${g.max_usd_per_run:,.2f} per run (see `icebatch estimate`; raise the budget in the consumers "
+            f"over budget: the run is estimated at {usd(g.estimate_usd)}, more than the consumer's "
+            f"{usd(g.max_usd_per_run)} per run (see `icebatch estimate`; raise the budget in the consumers "
             "file, or `icebatch ledger reset` to start later)",
             over_budget=True,
         )
     if g.max_usd_per_day is not None and g.spent_today_usd + g.estimate_usd > g.max_usd_per_day:
         return GateResult(
             "skip",
-            f"over budget: ${g.spent_today_usd:,.2f} spent today plus an estimated ${g.estimate_usd:,.2f} is more "
-            f"than the consumer's ${g.max_usd_per_day:,.2f} per day; the next day's schedule tries again",
+            f"over budget: {usd(g.spent_today_usd)} spent today plus an estimated {usd(g.estimate_usd)} is more "
+            f"than the consumer's {usd(g.max_usd_per_day)} per day; the next day's schedule tries again",
             over_budget=True,
         )
     return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from html import escape
 
+from icebatch.core.costs.money import usd
 from icebatch.tools.decision_log import BacklogPoint
 from icebatch.tools.runs import DaySpend
 
@@ -127,7 +128,7 @@ def _bars(page: Page, day_list: list[date], value: Callable[[DaySpend], float], 
             parts.append(
                 f'<rect x="{x0 + j * bar:.1f}" y="{y:.1f}" width="{bar:.1f}" '
                 f'height="{HEIGHT - BOTTOM - y:.1f}" fill="{colour(page.consumers, name)}">'
-                f"<title>{escape(name)} {day}: {_label(v, money)}</title></rect>"
+                f"<title>{escape(name)} {day}: {usd(v) if money else _label(v, money)}</title></rect>"
             )
     for name, b in budget.items():
         y = _y(b, axis_max)
@@ -187,8 +188,8 @@ def _table(page: Page) -> str:
         return '<p class="empty">Nothing spent in this window.</p>'
     rows = "".join(
         f"<tr><td>{d.day}</td><td>{escape(d.consumer)}</td><td>{d.runs}</td><td>{d.failed_attempts}</td>"
-        f"<td>{d.rows:,}</td><td>{_label(d.cost_usd, True)}</td>"
-        f"<td>{'-' if d.budget_usd is None else _label(d.budget_usd, True)}</td></tr>"
+        f"<td>{d.rows:,}</td><td>{usd(d.cost_usd)}</td>"
+        f"<td>{usd(d.budget_usd)}</td></tr>"
         for d in page.days
     )
     return (

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from icebatch.core.consumers import Consumer, load_consumers, read_consumers_file
+from icebatch.core.costs.money import usd
 from icebatch.core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -107,7 +108,7 @@ class Demo:
             budget = c.budget.max_usd_per_run if c.budget else None
             self.out(
                 f"    {c.name} (v{c.task_version}): {e['rows']} rows, ~{e['output_tokens']:,} output tokens, "
-                f"{e['gpu_hours']:.3f} GPU-hours, ${e['usd']:.4f} "
+                f"{e['gpu_hours']:.3f} GPU-hours, {usd(e['usd'])} "
                 f"(budget per run: {budget}; {e['basis']})"
             )
             out.append(e)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from icebatch.core.consumers import Consumer
+from icebatch.core.costs.money import usd
 from icebatch.core.costs.prices import BatchPrice
 from icebatch.core.costs.run_cost import CostBreakdown, CostInputs, cost_breakdown
 from icebatch.core.ledger.summary import Key, RunRecord, RunTotals
@@ -242,12 +243,12 @@ class CostCheck:
     def summary(self) -> str:
         """One line: what the run costs per 1k rows against the ceiling, and what would make it pay."""
         c = self.ceiling
-        head = f"${self.usd_per_1k_rows:,.4f} per 1k rows (start-up and idle tail included)"
-        against = f"ceiling ${c.usd_per_1k_rows:,.4f} ({c.basis})"
+        head = f"{usd(self.usd_per_1k_rows)} per 1k rows (start-up and idle tail included)"
+        against = f"ceiling {usd(c.usd_per_1k_rows)} ({c.basis})"
         if self.pays:
             return f"{head} <= {against}: it pays"
         if self.rows_to_pay is None:
-            at_scale = f"${self.usd_per_1k_rows_at_scale:,.4f}"
+            at_scale = usd(self.usd_per_1k_rows_at_scale)
             return f"{head} > {against}: no run pays, generation alone costs {at_scale} per 1k rows at this pace"
         return f"{head} > {against}: {self.rows_to_pay - self.rows:,} more rows make it pay"
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from icebatch.core.costs.estimate import run_cost
+from icebatch.core.costs.money import usd
 from icebatch.core.ledger import RunRecord
 from icebatch.core.settings import Settings
 
@@ -61,11 +62,11 @@ def last_runs_text(runs: Sequence[PastRun], *, this_usd_per_1k_rows: float | Non
         lines.append("(none before this one: the first run of this consumer)")
         return "\n".join(lines)
     for r in runs:
-        per_1k = "-" if r.usd_per_1k_rows is None else f"${r.usd_per_1k_rows:,.4f}/1k"
+        per_1k = "-" if r.usd_per_1k_rows is None else f"{usd(r.usd_per_1k_rows)}/1k"
         note = " (closed part way)" if r.closed else ""
         lines.append(
             f"{r.ended_at[:16].replace('T', ' ')}  v{r.task_version}  {r.rows:>9,} {noun}  "
-            f"${r.cost_usd:,.4f}  {per_1k}{note}"
+            f"{usd(r.cost_usd)}  {per_1k}{note}"
         )
     priced = [r.usd_per_1k_rows for r in runs if r.usd_per_1k_rows is not None]
     if priced and this_usd_per_1k_rows is not None:
@@ -73,7 +74,7 @@ def last_runs_text(runs: Sequence[PastRun], *, this_usd_per_1k_rows: float | Non
         ratio = this_usd_per_1k_rows / median if median else None
         than = f" ({ratio:.2f}x)" if ratio is not None else ""
         lines.append(
-            f"this run: ${this_usd_per_1k_rows:,.4f} per 1k {noun}; the last {len(priced)} runs' median "
-            f"${median:,.4f}{than}"
+            f"this run: {usd(this_usd_per_1k_rows)} per 1k {noun}; the last {len(priced)} runs' median "
+            f"{usd(median)}{than}"
         )
     return "\n".join(lines)

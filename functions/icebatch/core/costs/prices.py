@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from icebatch.core.costs.money import usd
+
 AS_OF = "2026-07"
 DEFAULT_SPEC = (
     "openai-batch:gpt-4o-mini=0.075/0.30;"
@@ -61,5 +63,5 @@ def comparison(prices: tuple[BatchPrice, ...], input_tokens: int, output_tokens:
             verdict = f": the GPU run was {there / gpu_usd:.1f}x cheaper"
         else:
             verdict = f": {gpu_usd / there:.1f}x cheaper than the GPU run"
-        lines.append(f"{p.name} ${there:,.4f}{verdict}")
+        lines.append(f"{p.name} {usd(there)}{verdict}")
     return lines

@@ -5,6 +5,7 @@ One renderer for both, so that what the job prints and what finance receives can
 
 from __future__ import annotations
 
+from icebatch.core.costs.money import usd
 from icebatch.core.costs.prices import BatchPrice, comparison
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed
 
@@ -31,9 +32,7 @@ def _line(label: str, value: object) -> str:
 
 
 def _money(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"${x:,.4f}" if x < 1 else f"${x:,.2f}"
+    return usd(x)
 
 
 def _duration(seconds: float | None) -> str:

@@ -6,6 +6,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from icebatch.core.costs.money import usd
 from icebatch.core.costs.report import watermark_text
 from icebatch.core.errors import PermanentError
 from icebatch.core.settings import Settings
@@ -149,8 +150,8 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         print_json(out)
         return 0
     for e in out:
-        per_run = "-" if e["max_usd_per_run"] is None else f"${e['max_usd_per_run']:,.2f}"
-        per_day = "-" if e["max_usd_per_day"] is None else f"${e['max_usd_per_day']:,.2f}"
+        per_run = usd(e["max_usd_per_run"])
+        per_day = usd(e["max_usd_per_day"])
         print(f"consumer              : {e['consumer']} (task version {e['task_version']})")
         print(f"rows                  : {e['rows']:,} (after watermark {watermark_text(e['watermark_snapshot_id'])})")
         print(f"tokens (estimated)    : {e['input_tokens']:,} in, {e['output_tokens']:,} out ({e['basis']})")
@@ -158,8 +159,8 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
             f"GPUs, GPU-hours       : {e['gpus']}, {e['gpu_hours']:.3f} "
             f"(at ${e['usd_per_hour']}/h, {e['instance_type']})"
         )
-        print(f"cost (estimated)      : ${e['usd']:,.4f}; budget {per_run} per run, {per_day} per day")
-        print(f"spent today           : ${e['spent_today_usd']:,.4f}")
+        print(f"cost (estimated)      : {usd(e['usd'])}; budget {per_run} per run, {per_day} per day")
+        print(f"spent today           : {usd(e['spent_today_usd'])}")
         if e["cost_gate_summary"]:
             print(f"cost gate             : {e['cost_gate_summary']}")
         print()

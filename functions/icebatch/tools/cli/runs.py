@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from icebatch.core.costs.money import usd
 from icebatch.core.errors import PermanentError
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import summarize
@@ -142,7 +143,7 @@ def _write_page(
 
 
 def _usd(value: float) -> str:
-    return f"${value:,.4f}" if value < 100 else f"${value:,.0f}"
+    return usd(value)
 
 
 def _snap(value: int | None) -> str:
@@ -152,7 +153,7 @@ def _snap(value: int | None) -> str:
 def _budget(d: DaySpend) -> str:
     if d.budget_usd is None:
         return "-"
-    return f"{d.cost_usd / d.budget_usd:.0%} of ${d.budget_usd:g}"
+    return f"{d.cost_usd / d.budget_usd:.0%} of {usd(d.budget_usd)}"
 
 
 def since(value: str) -> timedelta:
