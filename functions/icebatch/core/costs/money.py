@@ -4,7 +4,7 @@ launcher's decisions print the same figure alike."""
 from __future__ import annotations
 
 
-def usd(value: float | None) -> str:
+def usd(value: object) -> str:
     """``$0.0264``: four decimals (runs cost cents; a cent's tenths tell runs apart), two from $1,000 up; ``-`` for
     no figure.
 
@@ -13,4 +13,6 @@ def usd(value: float | None) -> str:
     """
     if value is None:
         return "-"
+    if not isinstance(value, int | float):
+        raise TypeError(f"not an amount of dollars: {value!r}")
     return f"${value:,.4f}" if abs(value) < 1000 else f"${value:,.2f}"
