@@ -124,12 +124,16 @@ def _left_after_grace(mark: str, shm_before: set[str], seen: dict[int, float] | 
 
 @pytest.fixture
 def job_settings(tmp_path: Path, tiny_model: Path) -> Settings:
-    """The embedded default (the engine in the job's process tree) over 600 tickets."""
+    """The embedded default (the engine in the job's process tree) over 600 tickets, of which at most 240 are let
+    into the pipeline before a commit (``commit.window``): a job held before its first commit keeps its engine up,
+    waiting for rows (were all 600 in, the engine could finish them, and Ray end its processes, before a signal)."""
     home = tmp_path / "home"
     s = Settings(
         home=home,
         model_source=str(tiny_model),
         batch_size=16,
+        max_num_seqs=32,  # 112 rows in flight (``pipeline.in_flight_rows``): a chunk of 240 holds twice that
+        chunk_rows=240,
         consumers_file=consumers_file(home / "consumers", {"name": "triage", "backlog_threshold": 1}),
     )
     table = ensure_source_table(open_catalog(s), s.catalog.source_table)
