@@ -156,3 +156,25 @@ def test_a_results_table_made_with_text_ids_keeps_them_and_still_works(home: Pat
     assert sorted(ids) == ["1", "3", "4", "5", "6"]
     # and `results` reads it, a filter by the source's name for the id included
     assert [r["source_id"] for r in _results(home, "--where", "article_id = 5")] == ["5"]
+
+
+def test_an_id_column_that_may_be_null_keeps_its_rows_and_text_ids(tmp_path: Path) -> None:
+    # given a table whose long id may be null, with a row that has none
+    (tmp_path / "topics.json").write_text(json.dumps(TASK))
+    consumers = {"consumers": [{"name": "topics", "task": "topics.json", "source_table": "news.articles"}]}
+    (tmp_path / "consumers.yaml").write_text(yaml.safe_dump(consumers))
+    catalog = open_catalog(_settings(tmp_path))
+    catalog.create_namespace_if_not_exists("news")
+    optional = Schema(*(f.model_copy(update={"required": False}) for f in SOURCE.fields))
+    table = catalog.create_table("news.articles", optional)
+    rows = [{"article_id": None, "headline": "no id", "body": "text", "lang": "en"}]
+    rows += [{"article_id": 2, "headline": "news 2", "body": "text", "lang": "en"}]
+    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+    # when it is labelled
+    done = run_once(_ledger(tmp_path))
+    # then every row has its verdict (none lost to a type), with the ids as text as before ids kept their type
+    assert done is not None and done.stats.rows == 2
+    results = _ledger(tmp_path).results()
+    assert results is not None
+    assert isinstance(results.schema().find_field("source_id").field_type, StringType)
+    assert sorted(results.scan(selected_fields=("source_id",)).to_arrow().column(0).to_pylist()) == ["2", "None"]

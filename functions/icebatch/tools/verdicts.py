@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.errors import ConfigError
-from icebatch.core.ledger.results_table import id_texts, source_id_type
+from icebatch.core.ledger.results_table import SOURCE_ID_COLUMN, id_texts, source_id_type
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -80,8 +80,6 @@ def current_verdicts(
 def _id_names(consumer: Consumer, reads: SourceColumns, results: Table) -> set[str]:
     """The names a ``--where`` may call ``source_id`` by: the task's id column, and the source's name for it (now, and
     as the results table recorded it), unless the results table has a column of that name."""
-    from icebatch.core.ledger.results_table import SOURCE_ID_COLUMN
-
     by_task = {r.task_name: r.source_name for r in reads.columns}
     id_column = consumer.task.id_column
     names = {id_column, by_task.get(id_column, ""), results.properties.get(SOURCE_ID_COLUMN)}
@@ -117,7 +115,7 @@ def _parse(
     inputs: dict[str, str],
     reads: SourceColumns,
     source_schema: Schema,
-    id_names: set[str] = frozenset(),  # type: ignore[assignment]
+    id_names: set[str],
 ) -> _Filter | None:
     if where is None:
         return None
@@ -126,8 +124,8 @@ def _parse(
     from pyiceberg.schema import Schema
     from pyiceberg.types import StringType
 
+    as_text = isinstance(source_id_type(results_schema), StringType)  # a results table made before ids kept their type
     try:
-        as_text = isinstance(source_id_type(results_schema), StringType)
         expression = _renamed(parse(where), id_names, as_text)
     except Exception as e:  # pyparsing's ParseException, pyiceberg's ValueError for a bad literal
         raise ConfigError(

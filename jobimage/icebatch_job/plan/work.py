@@ -73,16 +73,18 @@ def plan_work(ledger: ResultsLedger, plan: RunPlan, task: TaskSpec, source: Tabl
 
 
 def source_id_field(source: Table, plan: RunPlan, id_column: str) -> tuple[str, IcebergType] | None:
-    """The source's name for the task's id column and the type results hold it in (``results_table.id_type_for``);
-    None where the plan does not say which field it is (results then hold it as text)."""
+    """The source's name for the task's id column and the type results hold it in (``results_table.id_type_for``; text
+    where the column may be null: a row without an id is kept, its id as the text ``None``, as before ids kept their
+    type); None where the plan does not say which field it is (results then hold it as text)."""
     from icebatch.core.ledger.results_table import id_type_for
+    from pyiceberg.types import StringType
 
     reads = {r.task_name: r for r in plan.source_columns.columns} if plan.source_columns else {}
     read = reads.get(id_column)
     if read is None:
         return None
     field = source.schema().find_field(read.field_id)
-    return field.name, id_type_for(field.field_type)
+    return field.name, id_type_for(field.field_type) if field.required else StringType()
 
 
 def committed_contents(ledger: ResultsLedger, plan: RunPlan) -> list[tuple[str, int | None]]:

@@ -11,7 +11,7 @@ Every source row of a run becomes exactly one result row with an explicit ``stat
   ``raw_output``, not taken as labels).
 
 Each row names its source row: its id (``source_id``, in the source's own type where that is a string or an
-integer, so that results sort, filter and join as the source does; the source's name for it is the table
+integer and never null, so that results sort, filter and join as the source does; the source's name for it is the table
 property ``icebatch.source-id-column``; tables made before hold it as text, and still work), where it is stored
 (``source_file``, ``source_pos``: which data file, which position) and its content (``source_hash``). Inside the
 job ids travel as text (``id_texts``), turned into the table's type as rows are written. The job writes the
