@@ -52,16 +52,21 @@ SOURCE = Schema(
 )
 
 
+def _project(folder: Path, source: Schema) -> Path:
+    """A project whose one consumer labels ``news.articles`` (of this schema) by ``article_id``."""
+    (folder / "topics.json").write_text(json.dumps(TASK))
+    consumers = {"consumers": [{"name": "topics", "task": "topics.json", "source_table": "news.articles"}]}
+    (folder / "consumers.yaml").write_text(yaml.safe_dump(consumers))
+    catalog = open_catalog(_settings(folder))
+    catalog.create_namespace_if_not_exists("news")
+    catalog.create_table("news.articles", source)
+    return folder
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    """A project whose one consumer labels ``news.articles`` by ``article_id`` (a long)."""
-    (tmp_path / "topics.json").write_text(json.dumps(TASK))
-    consumers = {"consumers": [{"name": "topics", "task": "topics.json", "source_table": "news.articles"}]}
-    (tmp_path / "consumers.yaml").write_text(yaml.safe_dump(consumers))
-    catalog = open_catalog(_settings(tmp_path))
-    catalog.create_namespace_if_not_exists("news")
-    catalog.create_table("news.articles", SOURCE)
-    return tmp_path
+    """The project, ``article_id`` a long that is never null."""
+    return _project(tmp_path, SOURCE)
 
 
 def _settings(home: Path) -> Settings:
@@ -160,13 +165,8 @@ def test_a_results_table_made_with_text_ids_keeps_them_and_still_works(home: Pat
 
 def test_an_id_column_that_may_be_null_keeps_its_rows_and_text_ids(tmp_path: Path) -> None:
     # given a table whose long id may be null, with a row that has none
-    (tmp_path / "topics.json").write_text(json.dumps(TASK))
-    consumers = {"consumers": [{"name": "topics", "task": "topics.json", "source_table": "news.articles"}]}
-    (tmp_path / "consumers.yaml").write_text(yaml.safe_dump(consumers))
-    catalog = open_catalog(_settings(tmp_path))
-    catalog.create_namespace_if_not_exists("news")
-    optional = Schema(*(f.model_copy(update={"required": False}) for f in SOURCE.fields))
-    table = catalog.create_table("news.articles", optional)
+    _project(tmp_path, Schema(*(f.model_copy(update={"required": False}) for f in SOURCE.fields)))
+    table = open_catalog(_settings(tmp_path)).load_table("news.articles")
     rows = [{"article_id": None, "headline": "no id", "body": "text", "lang": "en"}]
     rows += [{"article_id": 2, "headline": "news 2", "body": "text", "lang": "en"}]
     table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
