@@ -78,17 +78,35 @@ def _wait_for(job: JobProcess, mark: str, phase: str, timeout: float = 600) -> d
     """Until the job's ``phase`` is up; then its processes (pid -> start time), to look for after its end."""
     deadline = time.monotonic() + timeout
     names: set[str] = set()  # every process name seen, for the failure message
+    elsewhere = ""  # the last vLLM processes seen on the machine but not in the job's tree, for the same
     while time.monotonic() < deadline:
         now = tree(job, mark)
         if _is_phase(job, now, phase):
             return _started(now)
         names |= {line.split(" ")[1] for line in now.values()}
+        elsewhere = _vllm_processes() or elsewhere
         if job.proc.poll() is not None:
             raise AssertionError(
-                f"the job ended before its {phase} was up (seen: {sorted(names)}): {job.output()[-3000:]}"
+                f"the job ended before its {phase} was up (seen: {sorted(names)}; vLLM's processes elsewhere: "
+                f"{elsewhere or 'none'}): {job.output()[-3000:]}"
             )
         time.sleep(0.1)
     raise AssertionError(f"no {phase} in {timeout} s (seen: {sorted(names)}): {job.output()[-3000:]}")
+
+
+def _vllm_processes() -> str:
+    """Every vLLM process on the machine with its chain of parents (where an engine hangs from, when a job's
+    tree is missing it); "" if none."""
+    chains = []
+    for p in psutil.process_iter(["name"]):
+        if (p.info["name"] or "").startswith("VLLM::"):
+            with contextlib.suppress(psutil.Error):
+                chains.append(" <- ".join(f"{q.pid} {q.name()}" for q in [p, *p.parents()]))
+    return "; ".join(chains)
+
+
+def _described(processes: dict[int, str]) -> str:
+    return f"the job's processes: {sorted(processes.values())}; vLLM's: {_vllm_processes() or 'none'}"
 
 
 def _started(processes: dict[int, str]) -> dict[int, float]:
@@ -185,9 +203,10 @@ def test_nothing_outlives_a_job_ended_while_its_engine_runs(
     # held there by the failpoint chunk.buffered, so that it cannot finish before the signal lands
     job, mark, shm = _start(job_settings, marks, failpoint="chunk.buffered@1")
     assert job.wait_for_failpoint(timeout=600) is not None, job.output()[-3000:]
-    seen = _started(tree(job, mark))
-    assert any("raylet" in line for line in tree(job, mark).values()), seen
-    assert any("VLLM::EngineCor" in line for line in tree(job, mark).values()), seen
+    now = tree(job, mark)
+    seen = _started(now)
+    assert any("raylet" in line for line in now.values()), _described(now)
+    assert any("VLLM::EngineCor" in line for line in now.values()), _described(now)
     # when it is ended this way
     signum, group = ENDINGS[ending]
     if group:
