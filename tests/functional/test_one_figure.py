@@ -4,23 +4,28 @@ printed by one rule (``icebatch.core.costs.money.usd``)."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.costs.estimate import run_cost
 from icebatch.core.costs.money import usd
+from icebatch.core.events import BatchJobFailed
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
+from icebatch.tools.local_bus import LocalBus
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.functional.test_cli import icebatch
-from tests.support.consumers import consumer
+from tests.support.consumers import consumer, consumers_file
 from tests.support.runs import run_once
 
 pytestmark = pytest.mark.functional
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_runs_cost_and_a_days_spend_read_the_same_on_every_surface(tmp_path: Path) -> None:
@@ -69,3 +74,49 @@ def test_a_runs_cost_and_a_days_spend_read_the_same_on_every_surface(tmp_path: P
     for name, total in spent.items():
         estimate = icebatch(tmp_path, "estimate", "--consumer", name).stdout
         assert f"spent today           : {usd(total)}" in estimate
+
+
+def test_a_failed_start_is_in_the_days_spend_that_costs_estimate_and_the_launchers_budget_read(tmp_path: Path) -> None:
+    # given triage with a run today, then a start that failed today having committed nothing (88.4 s of a GPU at
+    # $0.8048 an hour), its event in the local bus's log as the job publishes it, and 20 new tickets since the run
+    triage = {"name": "triage", "backlog_threshold": 1, "cost_reference": "off"}  # no cost gate: the budget decides
+    consumers = consumers_file(tmp_path / "consumers", triage)
+    settings = Settings(home=tmp_path, consumers_file=consumers)
+    source = ensure_source_table(open_catalog(settings), settings.catalog.source_table)
+    append_tickets(source, generate_tickets(30, random.Random(1)))
+    ledger = open_ledger(settings, consumer(settings, "triage"))
+    done = run_once(ledger, seconds=600)
+    assert done is not None
+    [record] = [r for r in ledger.runs() if r.run_id == done.plan.run_id]
+    ran = run_cost(record.totals(settings.billing()), settings).lifetime_cost
+    example = json.loads((REPO / "eventbridge/examples/valid/batch-job-failed.json").read_text())["detail"]
+    now = datetime.now(UTC)
+    failed = {
+        **example,
+        "deployment": settings.top.deployment,
+        "run_id": f"triage-{now:%Y%m%dT%H%M%S}-0f1a2b",
+        "started_at": (now - timedelta(seconds=88.4)).isoformat(),
+        "failed_at": now.isoformat(),
+    }
+    LocalBus(tmp_path).publish(BatchJobFailed.model_validate(failed))
+    attempt = 0.8048 * 88.4 / 3600  # the embedded default: no node left idle after it
+    append_tickets(source, generate_tickets(20, random.Random(2)))
+    env = {"ICEBATCH_CONSUMERS_FILE": str(consumers)}
+
+    # when a person reads `costs`, then the day's spend is the run's and the failed start's
+    [line] = [line for line in icebatch(tmp_path, "costs", **env).stdout.splitlines() if " triage " in line]
+    assert f" {usd(ran + attempt)} " in line and usd(ran + attempt) != usd(ran)
+    # and `estimate` says the same was spent today
+    estimate = icebatch(tmp_path, "estimate", **env).stdout
+    assert f"spent today           : {usd(ran + attempt)}" in estimate
+    # and the launcher reads the same figure against the daily budget
+    dry = icebatch(tmp_path, "launch", "--dry-run", "--json", **env)
+    [decision] = json.loads(dry.stdout)["decisions"]
+    assert decision["spent_today_usd"] == pytest.approx(ran + attempt, abs=1e-6), decision
+    # so that a budget the run's cost and the next run's estimate fit in, but not the failed start too, refuses
+    budget = ran + decision["estimate_usd"] + attempt / 2
+    env["ICEBATCH_CONSUMERS_FILE"] = str(
+        consumers_file(tmp_path / "budget", {**triage, "budget": {"max_usd_per_day": budget}})
+    )
+    [held] = json.loads(icebatch(tmp_path, "launch", "--dry-run", "--json", **env).stdout)["decisions"]
+    assert held["over_budget"] and held["reason"].startswith("over budget"), held["reason"]

@@ -200,8 +200,8 @@ def test_a_cpu_runs_cost_is_labelled_as_the_gpu_equivalent_it_is() -> None:
 
 @pytest.mark.parametrize(("backend", "tail"), [("local", 0), ("kuberay", 300 + 60)])
 def test_a_failed_attempts_cost_bills_its_nodes_idle_tail_on_kuberay_as_runs_do(backend: str, tail: int) -> None:
+    from icebatch.core.costs.estimate import attempt_cost
     from icebatch.core.settings import Settings
-    from icebatch.tools.runs import _attempt_cost
 
     # given a failed attempt of 60 s whose event recorded no rate (the deployment's applies), on each backend
     settings = Settings(backend=backend, job_ttl_seconds=300, karpenter_consolidate_seconds=60)
@@ -217,7 +217,7 @@ def test_a_failed_attempts_cost_bills_its_nodes_idle_tail_on_kuberay_as_runs_do(
     )
     # when its own cost is figured, then it is its lifetime plus, on kuberay, the node's TTL and consolidation
     rate = settings.billing().usd_per_hour
-    assert _attempt_cost(attempt, settings) == pytest.approx(rate * (60 + tail) / 3600)
+    assert attempt_cost(attempt, settings) == pytest.approx(rate * (60 + tail) / 3600)
 
 
 def test_the_json_report_holds_every_figure_the_text_report_shows() -> None:

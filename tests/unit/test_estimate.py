@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
-from icebatch.core.costs.estimate import estimate_run, pace
+from icebatch.core.costs.estimate import estimate_run, pace, spent_on
+from icebatch.core.events import BatchJobFailed
 from icebatch.core.ledger import Key, RunRecord
 from icebatch.core.settings import Settings
 
@@ -68,3 +71,34 @@ def test_the_idle_tail_is_estimated_only_on_the_backend_that_pays_it() -> None:
     on_eks = estimate_run(100, CONSUMER, [run()], Settings(backend="kuberay"))
     tail = Settings().cluster.job_ttl_seconds + Settings().cluster.karpenter_consolidate_seconds
     assert on_eks.gpu_hours - local.gpu_hours == pytest.approx(tail / 3600)
+
+
+def test_a_days_spend_counts_each_failed_attempt_once_and_only_those_that_committed_nothing() -> None:
+    # given a day with no run, and failure events: a start that failed (120 s of a GPU at $3.60 an hour),
+    # reported twice (by the job and by the nightly reconciliation), an attempt that had committed rows (its
+    # time is in its run's figure), and a failure of the day before
+    settings = Settings(gpu_hourly_rate=3.6)
+    day = datetime(2026, 12, 7, 15, 0, tzinfo=UTC)
+
+    def failed(at: datetime, committed: int = 0, run: str = "triage-a") -> BatchJobFailed:
+        return BatchJobFailed(
+            deployment="d",
+            run_id=run,
+            consumer="triage",
+            task="t",
+            task_version=1,
+            source_table="s.t",
+            reason="CUDA out of memory",
+            error_type="OutOfMemoryError",
+            stage="start",
+            retryable=True,
+            job_seconds=120,
+            attempt_rows_committed=committed,
+            failed_at=at,
+        )
+
+    failures = [failed(day), failed(day), failed(day, committed=40, run="triage-b"), failed(day - timedelta(days=1))]
+    # when that day's spend is counted, then it is the one start that committed nothing, once
+    assert spent_on(day, [], settings, failures) == pytest.approx(3.6 * 120 / 3600)
+    # and without the failures, nothing
+    assert spent_on(day, [], settings) == 0

@@ -1,4 +1,4 @@
-"""Failed attempts on record in S3, for ``icebatch runs`` and ``icebatch costs`` on AWS.
+"""Failed attempts on record: for ``icebatch runs`` and ``icebatch costs``, and for the launcher's daily budget.
 
 Locally the bus's event log (``$ICEBATCH_HOME/events.jsonl``) keeps every "Batch Job Failed" event. On AWS
 those events go to EventBridge and the reporter, whose SNS report is read once and gone: so the reporter also
@@ -19,11 +19,13 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from icebatch.core.aws_clients import aws_client, unreachable
 from icebatch.core.errors import TransientError
 from icebatch.core.events import BatchJobFailed
+from icebatch.core.jsonl import records
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import summarize
 
@@ -82,6 +84,27 @@ def record_failure(settings: Settings, detail: BatchJobFailed, event_id: str, *,
     return f"s3://{records.bucket}/{key}"
 
 
+def failures_on_record(
+    settings: Settings, consumers: Iterable[str], *, since: datetime | None = None
+) -> Iterator[BatchJobFailed]:
+    """Every failed attempt on record for these consumers: the local bus's log (all of it: it is at hand; no file
+    where there is no local bus, as in a Lambda) and the records in S3 (since ``since``)."""
+    wanted = set(consumers)
+    yield from (f for f in logged_failures(settings.home / "events.jsonl") if f.consumer in wanted)
+    yield from recorded_failures(settings, wanted, since=since)
+
+
+def logged_failures(events: Path) -> Iterator[BatchJobFailed]:
+    """The "Batch Job Failed" events of the local bus's log (``$ICEBATCH_HOME/events.jsonl``)."""
+
+    def failure(event: Any) -> BatchJobFailed | None:
+        if event.get("detail-type") != BatchJobFailed.detail_type:
+            return None
+        return BatchJobFailed.model_validate(event["detail"])
+
+    return records(events, failure, "an event")
+
+
 def recorded_failures(
     settings: Settings, consumers: Iterable[str], *, since: datetime | None = None, client: Any = None
 ) -> Iterator[BatchJobFailed]:
@@ -104,8 +127,8 @@ def recorded_failures(
                     yield detail
         except Exception as e:
             log.warning(
-                "the failed attempts of %s on record at %s were not read (%s): the listing shows the ledger's runs; "
-                "reading them needs s3:ListBucket on the bucket and s3:GetObject on the prefix",
+                "the failed attempts of %s on record at %s were not read (%s): they are left out of the runs listed "
+                "and of the day's spend; reading them needs s3:ListBucket on the bucket and s3:GetObject on the prefix",
                 consumer,
                 f"s3://{records.bucket}/{folder}",
                 summarize(str(e), 300),

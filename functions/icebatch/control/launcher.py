@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from icebatch.control.backends import JobBackend
+from icebatch.control.failure_records import failures_on_record
 from icebatch.control.gate import ActiveJob, Decision, GateInput, GateResult, Refusal, decide, staleness_lead
 from icebatch.control.jobs import JobState
 from icebatch.control.model_files import model_problem
@@ -29,7 +30,7 @@ from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_name, ra
 from icebatch.control.triggers import Trigger, relevance
 from icebatch.core.bus import EventPublisher
 from icebatch.core.consumers import Consumer
-from icebatch.core.costs.estimate import CostCheck, Estimate, cost_check, estimate_run, spent_on
+from icebatch.core.costs.estimate import CostCheck, Estimate, cost_check, estimate_run, spent_on, start_of
 from icebatch.core.errors import InvalidEventError, InvalidTaskError, SourceReplacedError
 from icebatch.core.events import BatchJobSubmitted, SnapshotRange
 from icebatch.core.ledger import Backlog, Pending, ResultsLedger, new_run_id
@@ -195,7 +196,9 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         active=ActiveJob(active.name, active.from_tag == tag) if active else None,
         estimate=estimate_run(max(rows, 1), consumer, runs, ctx.settings) if needs_model else None,
         cost=cost_check(rows, consumer, runs, ctx.settings) if pending is None and not removals_only else None,
-        spent_today=spent_on(ctx.now, runs, ctx.settings),
+        spent_today=spent_on(
+            ctx.now, runs, ctx.settings, failures_on_record(ctx.settings, [consumer.name], since=start_of(ctx.now))
+        ),
         pending=pending,
         deferred=deferred,
     )

@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from icebatch.core.jsonl import records
 from icebatch.core.settings import ensure_folder
-from icebatch.tools.jsonl import records
 
 log = logging.getLogger(__name__)
 

@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from itertools import chain
-from pathlib import Path
 from typing import Any
 
-from icebatch.control.failure_records import recorded_failures
+from icebatch.control.failure_records import failures_on_record
 from icebatch.core.consumers import Consumer
-from icebatch.core.costs.estimate import run_cost
+from icebatch.core.costs.estimate import attempt_cost, run_cost
 from icebatch.core.events import BatchJobFailed
 from icebatch.core.ledger import Key, ResultsLedger, RunRecord
 from icebatch.core.settings import Settings
-from icebatch.tools.jsonl import records
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +158,7 @@ def failed_attempts(failures: Iterable[BatchJobFailed], consumers: Iterable[str]
                 rows=detail.rows_processed,
                 rows_error=0,
                 attempts=1,
-                cost_usd=_attempt_cost(detail, settings),
+                cost_usd=attempt_cost(detail, settings),
                 from_snapshot=detail.range.from_exclusive if detail.range else None,
                 to_snapshot=detail.range.to_inclusive if detail.range else None,
                 note=f"{detail.stage}: {detail.reason}"[:300],
@@ -171,24 +168,6 @@ def failed_attempts(failures: Iterable[BatchJobFailed], consumers: Iterable[str]
     return rows
 
 
-def _attempt_cost(detail: BatchJobFailed, settings: Settings) -> float:
-    """What the attempt's own lifetime cost (its event's cost is the run's so far, earlier attempts included),
-    with its node's idle tail on kuberay, as ``run_cost`` bills each attempt of a run."""
-    rate = detail.cost.hourly_rate * max(1, detail.cost.gpus) if detail.cost else settings.billing().usd_per_hour
-    c = settings.cluster
-    tail = c.job_ttl_seconds + c.karpenter_consolidate_seconds if settings.top.backend == "kuberay" else 0
-    return rate * ((detail.job_seconds or 0.0) + tail) / 3600
-
-
-def _failures(events: Path) -> Iterator[BatchJobFailed]:
-    def failure(event: Any) -> BatchJobFailed | None:
-        if event.get("detail-type") != BatchJobFailed.detail_type:
-            return None
-        return BatchJobFailed.model_validate(event["detail"])
-
-    return records(events, failure, "an event")
-
-
 def history(
     settings: Settings, consumers: list[Consumer], ledgers: dict[str, ResultsLedger], *, since: datetime | None = None
 ) -> list[RunRow]:
@@ -196,8 +175,7 @@ def history(
     attempts on record in S3 are read from then on (the others are all read: they are at hand)."""
     names = [c.name for c in consumers]
     rows = [row for c in consumers for row in ledger_rows(ledgers[c.name], c, settings)]
-    failures = chain(_failures(settings.home / "events.jsonl"), recorded_failures(settings, names, since=since))
-    rows += failed_attempts(failures, names, settings)
+    rows += failed_attempts(failures_on_record(settings, names, since=since), names, settings)
     return sorted(rows, key=lambda r: (r.ended_at is None, r.ended_at or r.started_at or ""), reverse=True)
 
 

@@ -22,7 +22,7 @@ part (start-up, idle tail) plus a part per row, so its price per row falls as it
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -30,6 +30,7 @@ from icebatch.core.consumers import Consumer
 from icebatch.core.costs.money import usd
 from icebatch.core.costs.prices import BatchPrice
 from icebatch.core.costs.run_cost import CostBreakdown, CostInputs, cost_breakdown
+from icebatch.core.events import BatchJobFailed
 from icebatch.core.ledger.summary import Key, RunRecord, RunTotals
 from icebatch.core.settings import Settings
 
@@ -185,15 +186,43 @@ def run_cost(totals: RunTotals, settings: Settings) -> CostBreakdown:
     )
 
 
-def spent_on(day: datetime, runs: Sequence[RunRecord], settings: Settings) -> float:
-    """What the runs committed on ``day`` (UTC) cost, GPU lifetime included (the reports' figure)."""
-    start = datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000
+def spent_on(
+    day: datetime, runs: Sequence[RunRecord], settings: Settings, failures: Iterable[BatchJobFailed] = ()
+) -> float:
+    """What was spent on ``day`` (UTC), as ``icebatch costs`` counts it (the figure ``max_usd_per_day`` is held to):
+    the runs committed that day, GPU lifetime included (the reports' figure), and the attempts that failed that day
+    having committed nothing (``failures``: their time is in no run's figure; an attempt that committed chunks is
+    in its run's figure up to its last commit). The same failure reported twice (by the job and by the nightly
+    reconciliation, or found in both records) is one attempt: its consumer, run and time."""
+    start = start_of(day).timestamp() * 1000
     billing = settings.billing()
-    return sum(
+    committed = sum(
         run_cost(run.totals(billing), settings).lifetime_cost
         for run in runs
         if not run.is_reset and start <= run.committed_at_ms < start + 86_400_000
     )
+    failed = {
+        (f.consumer, f.run_id, f.failed_at): attempt_cost(f, settings)
+        for f in failures
+        if not f.attempt_rows_committed and start <= f.failed_at.timestamp() * 1000 < start + 86_400_000
+    }
+    return committed + sum(failed.values())
+
+
+def start_of(day: datetime) -> datetime:
+    """The start of ``day``'s UTC day: what a day's spend is counted from."""
+    day = day.astimezone(UTC)
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def attempt_cost(failure: BatchJobFailed, settings: Settings) -> float:
+    """What a failed attempt's own lifetime cost (its event's cost is the run's so far, earlier attempts included),
+    with its node's idle tail on kuberay, as ``run_cost`` bills each attempt of a run."""
+    cost = failure.cost
+    rate = cost.hourly_rate * max(1, cost.gpus) if cost else settings.billing().usd_per_hour
+    c = settings.cluster
+    tail = c.job_ttl_seconds + c.karpenter_consolidate_seconds if settings.top.backend == "kuberay" else 0
+    return rate * ((failure.job_seconds or 0.0) + tail) / 3600
 
 
 @dataclass(frozen=True)

@@ -123,9 +123,11 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch.core.costs.estimate import cost_check, estimate_run, spent_on
+    from icebatch.control.failure_records import failures_on_record
+    from icebatch.core.costs.estimate import cost_check, estimate_run, spent_on, start_of
     from icebatch.core.ledger import open_ledger
 
+    now = datetime.now(UTC)
     out = []
     for consumer in selected(settings, args.consumer):
         ledger = open_ledger(settings, consumer, control_plane=True)
@@ -141,7 +143,10 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
                 "cost_gate_summary": check.summary() if check else None,
                 "watermark_snapshot_id": backlog.watermark_snapshot_id,
                 "current_snapshot_id": backlog.current_snapshot_id,
-                "spent_today_usd": round(spent_on(datetime.now(UTC), runs, settings), 4),
+                "spent_today_usd": round(
+                    spent_on(now, runs, settings, failures_on_record(settings, [consumer.name], since=start_of(now))),
+                    4,
+                ),
                 "max_usd_per_run": budget.max_usd_per_run if budget else None,
                 "max_usd_per_day": budget.max_usd_per_day if budget else None,
             }
