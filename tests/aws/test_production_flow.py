@@ -11,7 +11,6 @@ environment (and local paths).
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import random
@@ -19,8 +18,6 @@ import shlex
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,106 +25,17 @@ import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import load_consumers
 from icebatch.core.ledger import open_ledger
-from icebatch.core.settings import Settings
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
-from tests.aws.deploy import ACCOUNT, Deployed, access_key, deploy
-from tests.support.aws import CREDS, REGION, client, moto_server
+from tests.aws.deploy import access_key, deploy
+from tests.aws.world import NAMESPACE, STACK, World
+from tests.support.aws import CREDS, REGION, client
 from tests.support.crd import VERSIONS, errors
-from tests.support.iam_audit import Recorder, denied, role_statements
-from tests.support.k8s_api import RayJobApi, sts_token_verifier
-from tests.support.tls import server_cert
+from tests.support.iam_audit import denied, role_statements
 
 pytestmark = pytest.mark.aws
-STACK = "icebatch-dev"
-NAMESPACE = "icebatch"
 JOB_TIMEOUT = 900
 ROWS = 200  # at least both bundled consumers' backlog thresholds (triage 100, privacy 200); too few to pay
-
-
-@dataclass
-class World:
-    deployed: Deployed
-    k8s: RayJobApi
-    endpoint: str
-    bucket: str
-    database: str
-    cluster: str
-    home: Path
-    reports: str  # a queue subscribed to the reports topic (as an SQS subscriber of the reports would be)
-    recorder: Recorder  # every AWS call, by access key
-
-    def launcher_settings(self, **env: str) -> Settings:
-        lambda_env = self.deployed.lambda_env("LauncherFunction", **env)
-        return Settings.from_env({k: v for k, v in lambda_env.items() if k.startswith(("ICEBATCH_", "AWS_"))})
-
-
-def _eks_cluster(endpoint: str, name: str, api_url: str, ca_pem: bytes) -> None:
-    """An EKS cluster in moto whose DescribeCluster names the tests' HTTPS API server and its CA."""
-    from moto.backends import get_backend
-
-    client("eks", endpoint).create_cluster(
-        name=name, roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks", resourcesVpcConfig={"subnetIds": []}
-    )
-    cluster = get_backend("eks")[ACCOUNT][REGION].clusters[name]
-    cluster.endpoint = api_url
-    cluster.certificate_authority = {"data": base64.b64encode(ca_pem).decode()}
-
-
-def _upload_model(endpoint: str, model: Path, bucket: str, prefix: str) -> None:
-    s3 = client("s3", endpoint)
-    s3.create_bucket(Bucket=bucket)
-    for path in sorted(model.iterdir()):
-        s3.upload_file(str(path), bucket, prefix + path.name)
-
-
-@pytest.fixture(scope="module")
-def recorded() -> Iterator[tuple[str, Recorder]]:
-    """A moto server of this module's own that records who called what (for the IAM audit)."""
-    recorders: list[Recorder] = []
-
-    def wrap(app: Any) -> Recorder:
-        recorders.append(Recorder(app))
-        return recorders[-1]
-
-    with moto_server(recorder=wrap) as endpoint:
-        yield endpoint, recorders[0]
-
-
-@pytest.fixture(scope="module")
-def world(
-    recorded: tuple[str, Recorder], tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[World]:
-    aws_endpoint, recorder = recorded
-    home = tmp_path_factory.mktemp("aws")
-    suffix = uuid.uuid4().hex[:8]
-    bucket, models, database, cluster = f"wh-{suffix}", f"models-{suffix}", f"support_{suffix}", f"eks-{suffix}"
-    client("s3", aws_endpoint).create_bucket(Bucket=bucket)
-    _upload_model(aws_endpoint, tiny_model, models, "tiny-llama/")
-    k8s = RayJobApi(namespaces={NAMESPACE}, verify_token=sts_token_verifier(cluster, aws_endpoint))
-    tls = server_cert(home / "tls")
-    _eks_cluster(aws_endpoint, cluster, k8s.start(tls=tls), tls.ca_pem)
-    parameters = {
-        "ClusterName": cluster,
-        "JobServiceAccount": "icebatch-job",
-        "WarehouseBucket": bucket,
-        "WarehousePrefix": "warehouse/",
-        "SourceDatabase": database,
-        "SourceTablePrefix": f"warehouse/{database}.db/tickets/",
-        "ResultsTablesPrefix": f"warehouse/{database}.db/tickets_",
-        "ModelBucket": models,
-        "ModelPrefix": "tiny-llama/",
-        "JobImage": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/icebatch-job:test",
-    }
-    deployed = deploy(STACK, parameters, endpoint=aws_endpoint, home=home)
-    sqs = client("sqs", aws_endpoint)
-    reports = sqs.create_queue(QueueName=f"reports-{suffix}")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=reports, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    client("sns", aws_endpoint).subscribe(
-        TopicArn=deployed.stack.physical["ReportsTopic"], Protocol="sqs", Endpoint=arn
-    )
-    yield World(deployed, k8s, aws_endpoint, bucket, database, cluster, home, reports, recorder)
-    k8s.stop()
 
 
 def _run_like_the_pod(world: World, manifest: dict[str, Any]) -> subprocess.CompletedProcess[str]:

@@ -133,6 +133,9 @@ class RayJobApi:
         self.identities: list[str] = []
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        # called with each RayJob once it is stored, before the client has the answer (a test's hook: the client
+        # killed at that moment has created the job without knowing it)
+        self.on_create: Callable[[dict[str, Any]], None] | None = None
 
     # --- test helpers --------------------------------------------------------------------------
     def set_status(self, name: str, namespace: str = "icebatch", **status: Any) -> None:
@@ -292,4 +295,6 @@ class RayJobApi:
         )
         obj["status"] = {"jobDeploymentStatus": "Initializing"}
         self.objects[(namespace, name)] = obj
+        if self.on_create is not None:
+            self.on_create(obj)
         return 201, obj

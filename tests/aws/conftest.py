@@ -1,0 +1,36 @@
+"""The aws tier's fixtures: a recording moto server and a deployed world per test module (tests/aws/world.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.aws.world import World, make_world
+from tests.support.aws import moto_server
+from tests.support.iam_audit import Recorder
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[tuple[str, Recorder]]:
+    """A moto server of this module's own that records who called what (for the IAM audit)."""
+    recorders: list[Recorder] = []
+
+    def wrap(app: Any) -> Recorder:
+        recorders.append(Recorder(app))
+        return recorders[-1]
+
+    with moto_server(recorder=wrap) as endpoint:
+        yield endpoint, recorders[0]
+
+
+@pytest.fixture(scope="module")
+def world(
+    recorded: tuple[str, Recorder], tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
+    aws_endpoint, recorder = recorded
+    built = make_world(aws_endpoint, recorder, tiny_model, tmp_path_factory.mktemp("aws"))
+    yield built
+    built.k8s.stop()
