@@ -19,7 +19,7 @@ from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANS
 from icebatch.core.settings import Settings
 from icebatch.core.terminal import console
 from icebatch.core.terminal.command_line import StrictParser, run_cli
-from icebatch.core.terminal.json_stdout import stdout_kept_for_json
+from icebatch.core.terminal.json_stdout import stdout_kept_for_json, stdout_kept_for_json_until_exit
 from icebatch.core.untrusted import K8S_NAME, RUN_ID, summarize, whole_number
 
 RUN_HELP = "read new rows, label them with the LLM, commit results + watermark"
@@ -94,7 +94,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rayjob-name", type=rayjob_name_arg, help="recorded in the events (set by the RayJob)")
 
 
-def run_command(args: argparse.Namespace, settings: Settings) -> int:
+def run_command(args: argparse.Namespace, settings: Settings, *, whole_process: bool = False) -> int:
+    """The job, run in this process (``icebatch job run``); ``whole_process``: this process is the job's own
+    (``python -m icebatch_job``, a RayJob's entrypoint), which ends when the job has printed its document."""
     from icebatch_job.job import JobRequest, run_job
     from icebatch_job.process.interrupts import Interrupts
 
@@ -109,12 +111,16 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
         consumer=args.consumer,
     )
     printed = nullcontext() if args.json else report_printed_by_the_job()  # the local reporter: not twice
-    with stdout_kept_for_json(args.json), printed:  # Ray forwards the engine's output to this process's stdout
+    # Ray forwards the engine's output to this process's stdout; in the job's own process, until Ray is shut down
+    # at its exit, after the document: stdout stays on stderr until then
+    document = stdout_kept_for_json_until_exit(args.json) if whole_process else None
+    with stdout_kept_for_json(args.json and not whole_process), printed:
         result = run_job(
             settings, request, out=(lambda _text: None) if args.json else console.say, interrupts=interrupts
         )
     if args.json:
-        print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str), file=console.out())
+        text = json.dumps(result.to_json(), indent=2, sort_keys=True, default=str)
+        print(text, file=document or console.out(), flush=True)
     return STATUS[result.status]
 
 
@@ -140,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     with quiet_handler_records(settings.top.log_level):
-        return run_command(args, settings)
+        return run_command(args, settings, whole_process=True)
 
 
 def stalled_status(error: BaseException) -> int | None:

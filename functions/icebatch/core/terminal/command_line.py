@@ -33,6 +33,7 @@ from icebatch.core.errors import (
     PermanentError,
     exit_status,
 )
+from icebatch.core.terminal.json_stdout import document_stream
 from icebatch.core.untrusted import summarize
 
 JSON_FLAG = "--json"
@@ -126,7 +127,7 @@ def fail(program: str, error: BaseException, *, as_json: bool, status: int | Non
             print(summarize(line, MAX_MESSAGE), file=sys.stderr)
         status = EXIT_FAILED
     if as_json:
-        print(json.dumps(error_document(error, status), sort_keys=True))
+        print(json.dumps(error_document(error, status), sort_keys=True), file=document_stream(), flush=True)
     sys.stderr.flush()
     return status
 
