@@ -95,6 +95,17 @@ def test_the_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> N
     assert location.startswith(str(venv)), location
     assert consumers == "triage:ticket-triage,privacy:ticket-privacy"
     assert "usage: icebatch" in run(str(venv / "bin" / "icebatch"), "--help")
+    # and a command that needs an extra the base install lacks says which, in one line, exit 2, and leaves nothing
+    # behind (no home, no project folder: a left .icebatch/ would make every folder below it a project)
+    project = tmp_path / "project"
+    project.mkdir()
+    for argv in (["init", "shop.reviews"], ["launch", "--dry-run"]):
+        done = subprocess.run(
+            [str(venv / "bin" / "icebatch"), *argv], cwd=project, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, (argv, done.stderr[-2000:])
+        assert "pip install 'icebatch[" in done.stderr, done.stderr
+        assert list(project.iterdir()) == [] and not Path(env["ICEBATCH_HOME"]).exists(), argv
 
 
 def test_the_package_version_is_the_projects() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
 
 from icebatch.core.aws_clients import unreachable
@@ -23,6 +24,8 @@ def open_catalog(settings: Settings, *, control_plane: bool = False) -> Catalog:
     props = settings.catalog_props(control_plane=control_plane)
     kind, name = settings.catalog.catalog_type, settings.catalog.catalog_name
     if kind == "sql":
+        if importlib.util.find_spec("sqlalchemy") is None:  # before any folder: a failed first command leaves none
+            raise ModuleNotFoundError("No module named 'sqlalchemy'", name="sqlalchemy")
         ensure_folder(settings.home)
         ensure_folder(settings.home / "warehouse")
     try:
