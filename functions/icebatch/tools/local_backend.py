@@ -11,6 +11,7 @@ AlreadyExists). ``ICEBATCH_LOCAL_MODE`` chooses how the job runs:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -332,18 +333,16 @@ def start_local_head(settings: Settings) -> str:
     # Every port is picked free: another Ray on this machine (a notebook, a test process, another home's head)
     # holds the defaults (dashboard 8265, GCS 6379, dashboard agent 52365), and an agent that cannot bind leaves
     # the head unable to accept jobs.
-    ports = {
-        name: _free_port()
-        for name in (
-            "port",
-            "dashboard-port",
-            "dashboard-agent-listen-port",
-            "dashboard-agent-grpc-port",
-            "metrics-export-port",
-            "runtime-env-agent-port",
-            "ray-client-server-port",
-        )
-    }
+    names = (
+        "port",
+        "dashboard-port",
+        "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port",
+        "metrics-export-port",
+        "runtime-env-agent-port",
+        "ray-client-server-port",
+    )
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     cmd = [
         sys.executable,
         "-m",
@@ -366,12 +365,17 @@ def start_local_head(settings: Settings) -> str:
     return address
 
 
-def _free_port() -> int:
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 now. Each is bound while the others are picked: a port picked
+    and let go at once may be the kernel's next answer too (two of a head's components given one port: Ray
+    refuses to start)."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 def _submit_once(client: Any, spec: JobSpec, env: dict[str, str]) -> None:
