@@ -28,9 +28,16 @@ def recorded() -> Iterator[tuple[str, Recorder]]:
 
 @pytest.fixture(scope="module")
 def world(
-    recorded: tuple[str, Recorder], tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    recorded: tuple[str, Recorder],
+    tiny_model: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[World]:
+    """The module's world, deployed as the module's ``STACK`` (the stacks of two modules must not share a name:
+    moto's state outlives a module's server)."""
     aws_endpoint, recorder = recorded
-    built = make_world(aws_endpoint, recorder, tiny_model, tmp_path_factory.mktemp("aws"))
+    stack = getattr(request.module, "STACK", None)
+    assert stack, f"{request.module.__name__} names no STACK of its own"
+    built = make_world(aws_endpoint, recorder, tiny_model, tmp_path_factory.mktemp("aws"), stack=stack)
     yield built
     built.k8s.stop()

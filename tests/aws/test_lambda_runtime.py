@@ -24,7 +24,7 @@ from icebatch.core.catalog import open_catalog
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
 from tests.aws.deploy import access_key
-from tests.aws.world import NAMESPACE, STACK, World
+from tests.aws.world import NAMESPACE, World
 from tests.support.aws import client
 from tests.support.iam_audit import denied, role_statements
 from tests.support.runtime_api import LambdaProcess, RuntimeApi
@@ -32,6 +32,7 @@ from tests.support.runtime_api import LambdaProcess, RuntimeApi
 pytestmark = pytest.mark.aws
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "sam" / "events"
+STACK = "icebatch-runtime"  # this module's stack (tests/aws/conftest.py)
 RUNTIME_CLIENT = "awslambdaric==4.2.2"  # what Lambda's python3.11 image runs a handler with
 
 

@@ -57,8 +57,12 @@ def _upload_model(endpoint: str, model: Path, bucket: str, prefix: str) -> None:
         s3.upload_file(str(path), bucket, prefix + path.name)
 
 
-def make_world(aws_endpoint: str, recorder: Recorder, tiny_model: Path, home: Path) -> World:
-    """The template deployed as STACK into the moto server at ``aws_endpoint``, with all it reads."""
+def make_world(aws_endpoint: str, recorder: Recorder, tiny_model: Path, home: Path, *, stack: str = STACK) -> World:
+    """The template deployed as ``stack`` into the moto server at ``aws_endpoint``, with all it reads.
+
+    moto's state is its process's, whichever server serves it: a world made after another in the same process
+    finds the other's resources. Its names do not meet them (its stack's own: queues, rules, alarms are named
+    after the stack; the rest carry a random suffix), so each test module deploys a stack of its own name."""
     suffix = uuid.uuid4().hex[:8]
     bucket, models, database, cluster = f"wh-{suffix}", f"models-{suffix}", f"support_{suffix}", f"eks-{suffix}"
     client("s3", aws_endpoint).create_bucket(Bucket=bucket)
@@ -78,7 +82,7 @@ def make_world(aws_endpoint: str, recorder: Recorder, tiny_model: Path, home: Pa
         "ModelPrefix": "tiny-llama/",
         "JobImage": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/icebatch-job:test",
     }
-    deployed = deploy(STACK, parameters, endpoint=aws_endpoint, home=home)
+    deployed = deploy(stack, parameters, endpoint=aws_endpoint, home=home)
     sqs = client("sqs", aws_endpoint)
     reports = sqs.create_queue(QueueName=f"reports-{suffix}")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=reports, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
