@@ -30,7 +30,11 @@ RUN_DESCRIPTION = (
     "nothing new it prints `new rows : 0` (the consumer's row_noun) and starts no engine. A run part way "
     "through its range (an earlier attempt was killed) is resumed: only the rows not yet committed are "
     "processed. SIGTERM commits the finished rows and exits (a second signal exits at once); so does a job "
-    "that waits ICEBATCH_STALL_SECONDS for a result. Exit status: 0 done, nothing new, or deferred (a run "
+    "that waits ICEBATCH_STALL_SECONDS for a result. A job whose range kept the engine busy may then linger: while "
+    "the rows that landed within the consumer's idle window (linger_seconds) would pay for a cold start of their "
+    "own, it waits up to that window for the next commit and takes it as a run of its own (--to-snapshot pins "
+    "the first range only; with --no-linger or --limit the job ends with its range). "
+    "Exit status: 0 done, nothing new, or deferred (a run "
     "the launcher gave no GPU whose range has changed rows for the model: nothing committed, its next "
     "attempt gets one), 5 another run covered the range first, 1 failed (a 'Batch Job Failed' event was "
     "emitted; committed rows stay), 2 bad input or configuration, 3 a dependency is unavailable or the job "
@@ -92,6 +96,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--to-snapshot", type=snapshot_arg, help="last source snapshot to include (default: current)")
     p.add_argument("--rayjob-name", type=rayjob_name_arg, help="recorded in the events (set by the RayJob)")
+    p.add_argument(
+        "--no-linger",
+        dest="linger",
+        action="store_false",
+        help="end once the range is committed, whatever the consumer's idle window says",
+    )
 
 
 def run_command(args: argparse.Namespace, settings: Settings, *, whole_process: bool = False) -> int:
@@ -109,6 +119,7 @@ def run_command(args: argparse.Namespace, settings: Settings, *, whole_process: 
         limit=args.limit,
         rayjob_name=args.rayjob_name,
         consumer=args.consumer,
+        linger=args.linger and args.limit is None,  # a run of at most N rows is all it was asked for
     )
     printed = nullcontext() if args.json else report_printed_by_the_job()  # the local reporter: not twice
     # Ray forwards the engine's output to this process's stdout; in the job's own process, until Ray is shut down

@@ -7,7 +7,9 @@ committed, the next attempt gets one), ``conflict`` (another run covered the ran
 or ``failed`` ("Batch Job Failed" emitted, including on SIGTERM). The rows a failed attempt committed
 stay committed (``resumable``): the next attempt of the run processes only the rest of its range.
 The steps, in order: ``plan`` -> ``start`` -> ``stream`` (chunks are committed as rows finish) ->
-``commit`` (the last chunk, with the watermark) -> ``completed``.
+``commit`` (the last chunk, with the watermark) -> ``completed``. A job whose range kept the engine busy may then
+linger (``icebatch_job.linger``): it keeps its node for an idle window and takes the rows that land, each range
+a run of its own through the same steps (``JobResult.lingered``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from icebatch.core.untrusted import one_line
 
 from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
 from icebatch_job.commit.results import RunStats, batch_engine_seconds
+from icebatch_job.linger import Linger
 from icebatch_job.process.interrupts import Interrupts, JobInterrupted, JobStalled
 from icebatch_job.process.stall import StallWatch
 from icebatch_job.progress import Progress
@@ -70,6 +73,7 @@ class JobRequest:
     limit: int | None = None
     rayjob_name: str | None = None
     consumer: str | None = None  # by hand, with several consumers: which one
+    linger: bool = True  # False: end once the range is committed, whatever the consumer's idle window
 
 
 @dataclass
@@ -80,6 +84,8 @@ class JobResult:
     failed: BatchJobFailed | None = None
     chunk_commit_seconds: float = 0.0  # writing and committing the chunks before the last (this attempt)
     timeline: dict[str, float] = field(default_factory=dict)  # EngineTiming.timeline (wall-clock epochs)
+    linger: Linger | None = None  # whether the job kept its node after this run (decided before its last commit)
+    lingered: list[JobResult] = field(default_factory=list)  # the runs the job took while it lingered
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "rows": 0}
@@ -112,6 +118,11 @@ class JobResult:
             )
         if self.failed is not None:
             out.update(error_type=self.failed.error_type, reason=self.failed.reason, stage=self.failed.stage)
+        if self.linger is not None:
+            kept = self.linger
+            out["linger"] = {"kept": kept.keeps, "seconds": round(kept.seconds, 3), "why": kept.why}
+        if self.lingered:
+            out["lingered"] = [r.to_json() for r in self.lingered]
         return out
 
 
@@ -162,10 +173,17 @@ class JobRun:
     chunk_rows: int = 0  # the chunk this attempt uses (``window.chunk_size``)
     source: Table | None = None  # the source table as planned
     work: Work | None = None  # what the attempt reads (``prepare``)
+    warm: bool = False  # taken by a job that lingered after another run (``icebatch_job.linger``)
+    linger: Linger | None = None  # decided when the range is drained, before its last commit
+    job_started: float = field(default_factory=time.monotonic)  # the job's, not the run's (a lingering job's runs)
 
     @property
     def elapsed(self) -> float:
         return self.attempt.seconds
+
+    @property
+    def elapsed_in_job(self) -> float:
+        return time.monotonic() - self.job_started
 
     def totals(self, stats: RunStats, redone: int) -> RunTotals:
         """The run's totals so far (``chunks.run_totals``), with what this attempt measured."""
@@ -184,6 +202,11 @@ class JobRun:
             gpus=self.settings.engine.concurrency,
             billing=self.settings.billing(),
             rayjob_name=self.request.rayjob_name or "",
+            warm=self.warm,
+            # the job's last window, paid by the run that first kept the node (``icebatch_job.linger``)
+            linger_seconds=self.linger.seconds
+            if self.linger is not None and self.linger.keeps and not self.warm
+            else 0,
         )
 
 
@@ -211,6 +234,14 @@ def run_job(
         open_ledger(settings, consumer),
         interrupts,
     )
+    result = run_range(run)
+    if run.linger is not None and run.linger.keeps:
+        result.lingered = linger(run)
+    return result
+
+
+def run_range(run: JobRun) -> JobResult:
+    """One run's range: plan, start, stream, commit, report."""
     try:
         if not plan(run):
             return JobResult("nothing_new")
@@ -219,6 +250,7 @@ def run_job(
                 return deferred(run)
             built = start(run)
             stream(run, built)
+            run.linger = decide_linger(run)
         commit = commit_run(run)
         return completed(run, commit)
     except WatermarkConflictError as e:
@@ -229,6 +261,64 @@ def run_job(
             failed_event(run, e, retryable=not isinstance(e, IcebatchError) or isinstance(e, TransientError)),
         )
         raise
+
+
+def decide_linger(run: JobRun) -> Linger:
+    """Whether the job keeps its node once this run is committed (``icebatch_job.linger``): recorded with the run's
+    last commit, which pays for the window."""
+    from icebatch_job.linger import decide
+
+    s = run.settings
+    if not run.request.linger:
+        return Linger(0.0, False, "--no-linger")
+    # a RayJob is stopped at its deadline: the job takes no more rows past half of it (a run needs the rest)
+    if s.top.backend == "kuberay" and run.elapsed_in_job > s.kubernetes.job_deadline_seconds / 2:
+        return Linger(0.0, False, "past half of ICEBATCH_JOB_DEADLINE_SECONDS")
+    try:
+        return decide(run.ledger, run.consumer, s)
+    except Exception as e:  # the run's range is what matters: a source that cannot be read now ends the job
+        log.warning("not lingering: %s", one_line(str(e), 300))
+        return Linger(0.0, False, f"could not read the source: {type(e).__name__}")
+
+
+def linger(first: JobRun) -> list[JobResult]:
+    """Keep the node while rows land (``icebatch_job.linger``): each range a run of its own, till a window passes
+    with none, a signal stops the job, or the consumer's rule says the rows no longer pay for the node."""
+    from icebatch_job.linger import wait_for_rows
+
+    results: list[JobResult] = []
+    run = first
+    while run.linger is not None and run.linger.keeps:
+        window, drained, drained_at = run.linger, time.monotonic(), datetime.now(UTC)
+        console.phase(f"{first.consumer.name}: lingering up to {window.seconds:.0f} s for new rows ({window.why})")
+        try:
+            if not wait_for_rows(run.ledger, window):
+                run.out(f"no new rows within {window.seconds:.0f} s: the job ends")
+                break
+        except JobInterrupted:
+            run.out("stopped while lingering: nothing was in progress")
+            break
+        except IcebatchError as e:
+            log.warning("stopped lingering: %s", one_line(str(e), 300))
+            break
+        request = JobRequest(rayjob_name=first.request.rayjob_name, consumer=first.consumer.name)
+        run = JobRun(
+            first.settings,
+            first.consumer,
+            request,
+            first.publisher,
+            first.out,
+            first.ledger,
+            first.interrupts,
+            started=drained_at,
+            attempt=Attempt(1, secrets.token_hex(4), drained),  # its time runs from the commit before it: the wait
+        )
+        run.warm, run.job_started = True, first.job_started
+        result = run_range(run)
+        results.append(result)
+        if result.status != "completed":
+            break
+    return results
 
 
 def conflicted(run: JobRun, error: WatermarkConflictError) -> JobResult:
@@ -412,7 +502,7 @@ def _say_what_runs(run: JobRun) -> None:
     assert p is not None and work is not None
     console.phase(
         f"run {p.run_id} for {run.consumer.name}: {work.todo:,} rows of {run.consumer.source_table}, model "
-        f"{run.model}; starting Ray"
+        f"{run.model}; " + ("Ray is up (the job lingered)" if run.warm else "starting Ray")
     )
 
 
@@ -542,6 +632,7 @@ def completed(run: JobRun, commit: CommitResult) -> JobResult:
         completed=event,
         chunk_commit_seconds=c.commit_seconds,
         timeline=run.timing.timeline(),
+        linger=run.linger,
     )
 
 

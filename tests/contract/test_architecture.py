@@ -55,6 +55,7 @@ TOP_OF_THE_DATA_PLANE = {
     "icebatch_job.__main__",
     "icebatch_job.cli",
     "icebatch_job.job",
+    "icebatch_job.linger",
     "icebatch_job.progress",
     "icebatch_job.columns",
 }

@@ -12,6 +12,7 @@ import json
 import random
 import re
 import signal
+import time
 from collections import Counter
 from typing import Any
 
@@ -338,3 +339,33 @@ def _name(p: psutil.Process) -> str:
         return " ".join(p.cmdline())[:80]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return "?"
+
+
+@pytest.mark.parametrize("point", ["commit.before@2", "commit.after@2"])
+def test_a_lingering_job_killed_in_the_range_it_took_loses_and_doubles_nothing(
+    job_settings: Settings, point: str
+) -> None:
+    # given 20 tickets and a consumer whose job lingers (a 600 s window, no cost gate to judge by)
+    s = job_settings
+    lingering = _consumer(s).model_copy(update={"linger_seconds": 600, "cost_reference": "off"})
+    _tickets(s, 20, seed=31)
+    ledger = _ledger(s)
+    # when the job commits its range, 20 more tickets land while it lingers, and its whole tree is SIGKILLed at
+    # the last commit of the range it took (before the catalog has it, or after, before the job has the answer)
+    job = start_job(s, lingering, failpoint=point, tag="linger-kill")
+    deadline = time.monotonic() + 300
+    while not [e for e in _events(s) if e["detail-type"] == "Batch Job Completed"]:
+        assert job.proc.poll() is None and time.monotonic() < deadline, job.output()[-3000:]
+        time.sleep(0.2)
+    _tickets(s, 20, seed=32)
+    assert job.wait_for_failpoint() is not None, job.output()[-3000:]
+    job.kill_tree()
+    # and the next attempt runs (one that does not linger)
+    resumed = start_job(s, lingering.model_copy(update={"linger_seconds": 0}), tag="linger-resume")
+    assert resumed.wait() == 0, resumed.output()[-3000:]
+    # then every ticket has one verdict, counted from the files, and nothing is pending
+    _check(ledger, 0)
+    live = Counter(live_rows(ledger.source()).column("ticket_id").to_pylist())
+    verdicts = Counter(ledger.results().scan(selected_fields=("source_id",)).to_arrow().column(0).to_pylist())
+    assert len(live) == 40 and verdicts == Counter(set(live)), {i: n for i, n in verdicts.items() if n != 1}
+    assert ledger.plan() is None

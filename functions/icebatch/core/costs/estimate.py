@@ -121,8 +121,10 @@ def pace(consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> P
         return Pace(float(settings.launch.startup_seconds_prior), float(settings.launch.rows_per_gpu_hour), "priors")
     streaming = [r.number(Key.ENGINE_SECONDS) - r.number(Key.ENGINE_STARTUP_SECONDS) for r in done]
     gpu_hours = sum(s * max(1, int(r.number(Key.GPUS, 1))) for s, r in zip(streaming, done, strict=True)) / 3600
-    fixed = [max(0.0, r.number(Key.JOB_SECONDS) - s) for s, r in zip(streaming, done, strict=True)]
-    return Pace(sum(fixed) / len(fixed), sum(r.number(Key.ROWS) for r in done) / gpu_hours, f"{len(done)} run(s)")
+    # a cold start is what a launch pays: runs a lingering job took warm measure the pace, not the start-up
+    fixed = [max(0.0, r.number(Key.JOB_SECONDS) - s) for s, r in zip(streaming, done, strict=True) if not r.warm]
+    startup = sum(fixed) / len(fixed) if fixed else float(settings.launch.startup_seconds_prior)
+    return Pace(startup, sum(r.number(Key.ROWS) for r in done) / gpu_hours, f"{len(done)} run(s)")
 
 
 def estimate_run(rows: int, consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> Estimate:
@@ -182,6 +184,8 @@ def run_cost(totals: RunTotals, settings: Settings) -> CostBreakdown:
             rate_source=billing.source,
             ttl_seconds=settings.cluster.job_ttl_seconds if tail else 0,
             consolidate_seconds=settings.cluster.karpenter_consolidate_seconds if tail else 0,
+            warm=totals.warm,
+            linger_seconds=totals.linger_seconds,
         )
     )
 

@@ -4,7 +4,10 @@ The seed billed only the inference loop. A GPU node lives longer than that: it i
 job starts, the job loads the model, and after the job the RayJob's cluster lingers for
 ``ttlSecondsAfterFinished`` and Karpenter waits ``consolidateAfter`` before removing the empty node.
 icebatch reports both figures; per-row and per-token prices use the lifetime figure. A run that took
-several attempts (a spot interruption, a crash) pays for every attempt's lifetime and idle tail.
+several attempts (a spot interruption, a crash) pays for every attempt's lifetime and idle tail. A job that
+lingers (``icebatch_job.linger``): a run it takes warm pays its time from the commit before it and no cluster tail
+(the job's first run pays that); the job's last idle window is paid, as idle tail, by the run that first kept the
+node.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ class CostInputs(BaseModel):
     hourly_rate: float = Field(ge=0, description="$ per GPU-hour")
     ttl_seconds: float = Field(default=0, ge=0, description="RayJob ttlSecondsAfterFinished")
     consolidate_seconds: float = Field(default=0, ge=0, description="Karpenter consolidateAfter")
+    warm: bool = Field(
+        default=False, description="Its first attempt was taken by a lingering job, whose own tail another run paid"
+    )
+    linger_seconds: float = Field(default=0, ge=0, description="The job's last idle window, which no run follows")
     instance_type: str | None = Field(default=None, description="Instance type the rate assumes")
     rate_source: str | None = Field(default=None, description="Where the rate comes from")
 
@@ -67,7 +74,7 @@ def cost_breakdown(c: CostInputs) -> CostBreakdown:
     >>> round(b.lifetime_cost, 4), round(b.usd_per_1k_rows, 4)
     (0.0402, 0.0402)
     """
-    tail = (c.ttl_seconds + c.consolidate_seconds) * c.attempts
+    tail = (c.ttl_seconds + c.consolidate_seconds) * (c.attempts - 1 if c.warm else c.attempts) + c.linger_seconds
     engine_gpu_seconds = c.engine_seconds * c.gpus
     lifetime = (c.job_seconds + tail) * c.gpus
     rate_per_second = c.hourly_rate / 3600

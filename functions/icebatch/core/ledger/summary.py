@@ -86,6 +86,10 @@ class Key:
     GPU_INSTANCE_TYPE = PREFIX + "gpu-instance-type"
     GPU_RATE_SOURCE = PREFIX + "gpu-rate-source"
     RAYJOB_NAME = PREFIX + "rayjob-name"
+    # a lingering job (``icebatch_job.linger``): a run it took warm has no start-up and no cluster tail of its own;
+    # the run that first kept the node pays the job's last idle window (billed as idle tail)
+    WARM_START = PREFIX + "warm-start"
+    LINGER_SECONDS = PREFIX + "linger-seconds"
 
 
 # Table properties of the ledger: pyiceberg's own commit retry would re-apply an append on top of a
@@ -132,6 +136,8 @@ class RunTotals:
     rayjob_name: str = ""
     attempts: int = 1
     rows_redone: int = 0
+    warm: bool = False  # taken by a job that lingered after another run: its node, Ray and weights were up
+    linger_seconds: float = 0.0  # the job's last idle window, paid by the run that first kept the node
 
     def summary(self) -> dict[str, str]:
         props = {
@@ -152,6 +158,10 @@ class RunTotals:
             Key.ROWS_REDONE: str(self.rows_redone),
             Key.ATTEMPTS: str(self.attempts),
         }
+        if self.warm:
+            props[Key.WARM_START] = "1"
+        if self.linger_seconds:
+            props[Key.LINGER_SECONDS] = f"{self.linger_seconds:.3f}"
         if self.engine_startup_seconds is not None:
             props[Key.ENGINE_STARTUP_SECONDS] = f"{self.engine_startup_seconds:.3f}"
         if self.billing is not None:
@@ -179,6 +189,11 @@ class RunRecord:
     @property
     def is_reset(self) -> bool:
         return Key.RESET_REASON in self.properties
+
+    @property
+    def warm(self) -> bool:
+        """Taken by a lingering job: its start-up is not a cold start's (``pace`` leaves it out)."""
+        return self.properties.get(Key.WARM_START) == "1"
 
     @property
     def closed_reason(self) -> str | None:
@@ -229,6 +244,8 @@ class RunRecord:
             rayjob_name=self.text(Key.RAYJOB_NAME),
             attempts=int(self.number(Key.ATTEMPTS, 1)),
             rows_redone=int(self.number(Key.ROWS_REDONE)),
+            warm=self.warm,
+            linger_seconds=self.number(Key.LINGER_SECONDS),
         )
 
 

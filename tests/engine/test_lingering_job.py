@@ -1,0 +1,105 @@
+"""A job that lingers: it keeps its node once its range is committed and takes the commits that land, each as a run of
+its own, exactly once; the job's own process (``python -m icebatch_job run --json``) with the real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from icebatch.core.catalog import open_catalog
+from icebatch.core.ledger import Key
+from icebatch.core.settings import Settings
+from icebatch_job.example.tickets import ensure_source_table, generate
+
+from tests.engine.conftest import ledger, read_events
+from tests.support.consumers import consumers_file
+
+pytestmark = [pytest.mark.engine]
+
+
+def _completed(settings: Settings) -> list[dict]:
+    return [e["detail"] for e in read_events(settings) if e["detail-type"] == "Batch Job Completed"]
+
+
+def _wait_for(what: str, check, job: subprocess.Popen, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert job.poll() is None, f"the job ended before {what}: {job.stderr.read() if job.stderr else ''}"
+        assert time.monotonic() < deadline, f"no {what} within {seconds:.0f} s"
+        time.sleep(0.5)
+
+
+def test_a_lingering_job_takes_the_rows_that_land_as_a_run_of_their_own(own_settings: Settings, tmp_path: Path) -> None:
+    # given 40 tickets, and a consumer whose job keeps its node for 600 s while rows land (no cost gate to judge by)
+    consumers = consumers_file(
+        tmp_path / "consumers", {"name": "triage", "linger_seconds": 600, "cost_reference": "off"}
+    )
+    s = own_settings.with_overrides(consumers_file=consumers)
+    table = ensure_source_table(open_catalog(s), s.catalog.source_table)
+    generate(table, tickets=40, batches=1, seed=21)
+    env = {
+        "ICEBATCH_HOME": str(s.home),
+        "ICEBATCH_MODEL_SOURCE": str(s.engine.model_source),
+        "ICEBATCH_CONSUMERS_FILE": str(consumers),
+        "ICEBATCH_BATCH_SIZE": "32",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.environ["PYTHONPATH"],
+        "HF_HUB_OFFLINE": "1",
+    }
+
+    # when the job runs as a RayJob runs it, and 30 tickets land once its range is committed
+    job = subprocess.Popen(
+        [sys.executable, "-m", "icebatch_job", "run", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for("first run's report", lambda: len(_completed(s)) == 1, job)
+        generate(open_catalog(s).load_table(s.catalog.source_table), tickets=30, batches=1, seed=22)
+        # then the same job takes them, as a run of its own
+        _wait_for("second run's report", lambda: len(_completed(s)) == 2, job)
+        assert job.poll() is None  # still lingering: the rows that landed keep paying for the node
+        # and a SIGTERM while it waits ends it cleanly: nothing was in progress
+        time.sleep(1)
+        os.killpg(job.pid, signal.SIGTERM)
+        stdout, stderr = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert job.returncode == 0, stderr
+    document = json.loads(stdout)  # one JSON document, both runs in it
+    assert document["status"] == "completed" and document["rows"] == 40
+    assert document["linger"]["kept"] is True and document["linger"]["seconds"] == 600
+    [second] = document["lingered"]
+    assert second["status"] == "completed" and second["rows"] == 30
+    assert second["run_id"] != document["run_id"]
+    assert second["from_snapshot_exclusive"] == document["to_snapshot_inclusive"]
+    assert "stopped while lingering" in stderr or "lingering up to 600 s" in stderr
+
+    # and every ticket has exactly one verdict (counted from the tables, not the job's word)
+    results = ledger(s).results()
+    assert results is not None
+    rows = results.scan().to_arrow()
+    source_ids = set(open_catalog(s).load_table(s.catalog.source_table).scan().to_arrow()["ticket_id"].to_pylist())
+    assert rows.num_rows == 70 and {str(i) for i in rows["source_id"].to_pylist()} == {str(i) for i in source_ids}
+    assert ledger(s).backlog().rows == 0
+    # and the ledger records the second run as taken warm, paying its time from the commit before it (the wait
+    # included), and the first as paying for the job's last window (which no run follows)
+    runs = {r.run_id: r for r in ledger(s).runs()}
+    first, warm = runs[document["run_id"]], runs[second["run_id"]]
+    assert first.number(Key.LINGER_SECONDS) == 600 and not first.warm
+    assert warm.warm and Key.LINGER_SECONDS not in warm.properties
+    assert warm.number(Key.JOB_SECONDS) > warm.number(Key.ENGINE_SECONDS) > 0
+    reports = _completed(s)
+    assert [r["run_id"] for r in reports] == [document["run_id"], second["run_id"]]
+    assert reports[0]["cost"]["idle_tail_seconds"] >= 600  # the window, billed to the run it followed
