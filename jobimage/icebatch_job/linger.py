@@ -1,7 +1,8 @@
 """A drained job that keeps its node: it takes the commits that land while it waits, each as a run of its own.
 
 When a job has committed its range, it asks whether to keep its node for an idle window (the consumer's
-``linger_seconds``, else what a cold start costs in time): yes when the rows that landed within the last window
+``linger_seconds``, else, on EKS, what a cold start costs in time; a local job, which runs in the command that
+launched it, lingers only where ``linger_seconds`` is set): yes when the rows that landed within the last window
 would have paid for a cold start of their own (``icebatch.core.costs.lease.keeps_node``, the rule ``bench.day``
 simulates). Then it polls the source's metadata (never a data file) until rows land or the window passes. Rows
 that land are a run like any other: a new run id, its own plan, chunks, watermark commit, event and report, exactly
@@ -51,6 +52,9 @@ class Linger:
 def decide(ledger: ResultsLedger, consumer: Consumer, settings: Settings, *, now_ms: int | None = None) -> Linger:
     """At the end of a run's range: keep the node when the rows that landed within the last idle window would have
     paid for a cold start of their own (none with a window of 0)."""
+    if consumer.linger_seconds is None and settings.top.backend != "kuberay":
+        # a local job runs in the command that launched it (`icebatch launch`, `make demo`): it waits only if asked
+        return Linger(0.0, False, "a local job lingers only where its consumer sets linger_seconds")
     runs = ledger.runs()
     window = idle_window_seconds(consumer, runs, settings)
     if window <= 0:

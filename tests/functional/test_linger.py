@@ -73,14 +73,17 @@ def test_a_job_waits_for_the_next_commit_and_no_longer_than_its_window(settings:
 
 
 def test_the_node_is_kept_only_while_the_rows_that_land_would_pay_for_it(settings: Settings) -> None:
-    # given a consumer with a cost gate (the batch price), 5 rows landed just now
+    # given a consumer on EKS with a cost gate (the batch price), 5 rows landed just now
+    settings = settings.with_overrides(backend="kuberay")
     ledger = _ledger(settings)
     _append(ledger, 5, seed=2)
 
     # when its drained job decides: 5 rows in a window do not pay for a cold start's worth of idle GPU
     trickle = decide(ledger, ledger.consumer, settings)
     assert not trickle.keeps and "too few to pay" in trickle.why
-    assert trickle.seconds == settings.launch.startup_seconds_prior  # no runs yet: the prior (no tail locally)
+    # the window: no runs yet, the start-up prior, and the cluster's idle tail
+    tail = settings.cluster.job_ttl_seconds + settings.cluster.karpenter_consolidate_seconds
+    assert trickle.seconds == settings.launch.startup_seconds_prior + tail
 
     # and 50,000 rows within the window do
     _append(ledger, 50_000, seed=3)
@@ -97,6 +100,17 @@ def test_a_window_of_zero_never_lingers(settings: Settings) -> None:
     ledger = _ledger(settings, linger_seconds=0, cost_reference="off")
     _append(ledger, 500, seed=4)
     assert decide(ledger, ledger.consumer, settings) == Linger(0.0, False, "linger_seconds is 0")
+
+
+def test_a_local_job_lingers_only_when_its_consumer_asks(settings: Settings) -> None:
+    # given a burst that would pay for a cold start, on the local backend (the job runs in the launching command)
+    ledger = _ledger(settings)
+    _append(ledger, 50_000, seed=5)
+    # then without linger_seconds the job ends with its range (`make demo` does not hang for a window)
+    assert not decide(ledger, ledger.consumer, settings).keeps
+    asked = _ledger(settings.with_overrides(home=settings.home / "asked"), linger_seconds=30)
+    _append(asked, 50_000, seed=5)
+    assert decide(asked, asked.consumer, settings).keeps
 
 
 def _record(run_id: str, totals: RunTotals) -> RunRecord:

@@ -68,8 +68,9 @@ COST_REFERENCE = (
 )
 LINGER_SECONDS = (
     "How long a job that drained its range looks back for, and waits for, more rows: it keeps its GPU node while "
-    "the rows that landed within this window would have paid for a cold start. Default: what a cold start costs "
-    "in time (the measured start-up and the idle tail)."
+    "the rows that landed within this window would have paid for a cold start. Default on EKS: what a cold start "
+    "costs in time (the measured start-up and the idle tail); a local job (it runs in the command that launched it) "
+    "lingers only where this is set."
 )
 OnDelete = Literal["delete", "keep"]
 OnUpdate = Literal["relabel", "keep_first"]
