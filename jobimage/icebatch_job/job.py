@@ -290,8 +290,8 @@ def linger(first: JobRun) -> list[JobResult]:
     run = first
     while run.linger is not None and run.linger.keeps:
         window, drained, drained_at = run.linger, time.monotonic(), datetime.now(UTC)
-        console.phase(f"{first.consumer.name}: lingering up to {window.seconds:.0f} s for new rows ({window.why})")
         try:
+            console.phase(f"{first.consumer.name}: lingering up to {window.seconds:.0f} s for new rows ({window.why})")
             if not wait_for_rows(run.ledger, window):
                 run.out(f"no new rows within {window.seconds:.0f} s: the job ends")
                 break

@@ -15,10 +15,11 @@ import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch.core.ledger import Key
 from icebatch.core.settings import Settings
+from icebatch.tools.runs import ledger_rows
 from icebatch_job.example.tickets import ensure_source_table, generate
 
 from tests.engine.conftest import ledger, read_events
-from tests.support.consumers import consumers_file
+from tests.support.consumers import consumer, consumers_file
 
 pytestmark = [pytest.mark.engine]
 
@@ -27,11 +28,11 @@ def _completed(settings: Settings) -> list[dict]:
     return [e["detail"] for e in read_events(settings) if e["detail-type"] == "Batch Job Completed"]
 
 
-def _wait_for(what: str, check, job: subprocess.Popen, seconds: float = 300) -> None:
+def _wait_for(what: str, check, job: subprocess.Popen, log: Path, seconds: float = 300) -> None:
     deadline = time.monotonic() + seconds
     while not check():
-        assert job.poll() is None, f"the job ended before {what}: {job.stderr.read() if job.stderr else ''}"
-        assert time.monotonic() < deadline, f"no {what} within {seconds:.0f} s"
+        assert job.poll() is None, f"the job ended before {what}: {log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"no {what} within {seconds:.0f} s: {log.read_text()[-4000:]}"
         time.sleep(0.5)
 
 
@@ -54,29 +55,31 @@ def test_a_lingering_job_takes_the_rows_that_land_as_a_run_of_their_own(own_sett
     }
 
     # when the job runs as a RayJob runs it, and 30 tickets land once its range is committed
-    job = subprocess.Popen(
-        [sys.executable, "-m", "icebatch_job", "run", "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    log = tmp_path / "job.log"
+    with log.open("w") as err:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "icebatch_job", "run", "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
     try:
-        _wait_for("first run's report", lambda: len(_completed(s)) == 1, job)
+        _wait_for("first run's report", lambda: len(_completed(s)) == 1, job, log)
         generate(open_catalog(s).load_table(s.catalog.source_table), tickets=30, batches=1, seed=22)
-        # then the same job takes them, as a run of its own
-        _wait_for("second run's report", lambda: len(_completed(s)) == 2, job)
-        assert job.poll() is None  # still lingering: the rows that landed keep paying for the node
-        # and a SIGTERM while it waits ends it cleanly: nothing was in progress
-        time.sleep(1)
-        os.killpg(job.pid, signal.SIGTERM)
-        stdout, stderr = job.communicate(timeout=120)
+        # then the same job takes them, as a run of its own, and lingers again (the rows that landed keep paying)
+        _wait_for("second run's report", lambda: len(_completed(s)) == 2, job, log)
+        _wait_for("the second wait", lambda: log.read_text().count("lingering up to 600 s") == 2, job, log)
+        # and a SIGTERM while it waits (to the job's process, as Kubernetes sends it) ends it cleanly
+        job.send_signal(signal.SIGTERM)
+        stdout, _ = job.communicate(timeout=120)
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-    assert job.returncode == 0, stderr
+    stderr = log.read_text()
+    assert job.returncode == 0, stderr[-4000:]
     document = json.loads(stdout)  # one JSON document, both runs in it
     assert document["status"] == "completed" and document["rows"] == 40
     assert document["linger"]["kept"] is True and document["linger"]["seconds"] == 600
@@ -84,7 +87,7 @@ def test_a_lingering_job_takes_the_rows_that_land_as_a_run_of_their_own(own_sett
     assert second["status"] == "completed" and second["rows"] == 30
     assert second["run_id"] != document["run_id"]
     assert second["from_snapshot_exclusive"] == document["to_snapshot_inclusive"]
-    assert "stopped while lingering" in stderr or "lingering up to 600 s" in stderr
+    assert "signal 15: committing the finished rows" in stderr
 
     # and every ticket has exactly one verdict (counted from the tables, not the job's word)
     results = ledger(s).results()
@@ -103,3 +106,12 @@ def test_a_lingering_job_takes_the_rows_that_land_as_a_run_of_their_own(own_sett
     reports = _completed(s)
     assert [r["run_id"] for r in reports] == [document["run_id"], second["run_id"]]
     assert reports[0]["cost"]["idle_tail_seconds"] >= 600  # the window, billed to the run it followed
+    assert (reports[0]["linger_seconds"], reports[0]["warm"], reports[1]["warm"]) == (600, False, True)
+    # and the reports and `icebatch runs` say so
+    first_report = (s.home / "reports" / f"{document['run_id']}.completed.txt").read_text()
+    warm_report = (s.home / "reports" / f"{second['run_id']}.completed.txt").read_text()
+    assert "of which the job's linger window 10.0 min" in first_report
+    assert "taken warm by a lingering job" in warm_report
+    notes = {r.run_id: r.note for r in ledger_rows(ledger(s), consumer(s), s)}
+    assert "taken warm by a lingering job" in notes[second["run_id"]]
+    assert "kept the node up to 600 s" in notes[document["run_id"]]

@@ -131,6 +131,17 @@ class BatchJobCompleted(_Detail):
         description="Rows inferred again because another attempt had committed them first (an attempt killed "
         "without notice also loses what it had not committed: at most one chunk)",
     )
+    warm: bool = Field(
+        default=False,
+        description="Taken by a job that lingered after another run: its node, Ray and weights were up (no cluster "
+        "tail of its own; job_seconds include the wait before it)",
+    )
+    linger_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=86_400,
+        description="The job's last idle window after this run, paid by it (part of cost.idle_tail_seconds)",
+    )
     started_at: Timestamp
     finished_at: Timestamp
 
@@ -268,6 +279,8 @@ def completed_event(
         attempts=totals.attempts,
         chunks=chunks,
         rows_redone=totals.rows_redone,
+        warm=totals.warm,
+        linger_seconds=totals.linger_seconds,
         started_at=started,
         finished_at=finished_at,
     )

@@ -28,7 +28,7 @@ from icebatch.control.failure_records import failures_on_record
 from icebatch.core.consumers import Consumer
 from icebatch.core.costs.estimate import attempt_cost, run_cost
 from icebatch.core.events import BatchJobFailed
-from icebatch.core.ledger import Key, ResultsLedger, RunRecord
+from icebatch.core.ledger import Key, ResultsLedger, RunRecord, RunTotals
 from icebatch.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -131,8 +131,16 @@ def _from_record(r: RunRecord, consumer: Consumer, settings: Settings) -> RunRow
         cost_usd=run_cost(totals, settings).lifetime_cost,
         from_snapshot=r.from_snapshot_exclusive,
         to_snapshot=r.range_end if closed else r.to_snapshot_inclusive,
-        note=closed or (r.corrupt or ""),
+        note=closed or r.corrupt or _lingering(totals),
     )
+
+
+def _lingering(totals: RunTotals) -> str:
+    """What a lingering job (``icebatch_job.linger``) made of the run: taken warm, or the run that paid its window."""
+    notes = ["taken warm by a lingering job (its time includes the wait before it)"] if totals.warm else []
+    if totals.linger_seconds:
+        notes.append(f"its job then kept the node up to {totals.linger_seconds:.0f} s (billed here)")
+    return "; ".join(notes)
 
 
 def failed_attempts(failures: Iterable[BatchJobFailed], consumers: Iterable[str], settings: Settings) -> list[RunRow]:

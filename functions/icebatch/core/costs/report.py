@@ -117,7 +117,10 @@ def tokenomics(e: BatchJobCompleted, prices: tuple[BatchPrice, ...] = ()) -> str
             _line("GPU-hours (engine)", f"{c.engine_gpu_seconds / 3600:.4f}"),
             _line(
                 "GPU lifetime",
-                f"{_duration(c.gpu_lifetime_seconds)} (idle tail {_duration(c.idle_tail_seconds)})",
+                f"{_duration(c.gpu_lifetime_seconds)} (idle tail {_duration(c.idle_tail_seconds)}"
+                + (f", of which the job's linger window {_duration(e.linger_seconds)}" if e.linger_seconds else "")
+                + ("; taken warm by a lingering job, the wait before it included" if e.warm else "")
+                + ")",
             ),
             _line(
                 "hourly rate",
