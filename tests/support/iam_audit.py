@@ -211,3 +211,33 @@ def role_statements(stack: Any, role_logical_id: str) -> list[dict[str, Any]]:
 
 def denied(calls: Iterable[Call], statements: list[dict[str, Any]]) -> list[Call]:
     return sorted({c for c in calls if not allows(statements, c)}, key=str)
+
+
+def without(statements: list[dict[str, Any]], index: int, action: str) -> list[dict[str, Any]]:
+    """The statements with one action taken out of statement ``index`` (the statement gone if it was its only one)."""
+    out = []
+    for i, statement in enumerate(statements):
+        if i == index:
+            left = [a for a in _as_list(statement.get("Action", [])) if a != action]
+            if not left:
+                continue
+            statement = {**statement, "Action": left}
+        out.append(statement)
+    return out
+
+
+def necessity(calls: list[Call], statements: list[dict[str, Any]]) -> tuple[dict[str, list[Call]], list[str]]:
+    """Each granted action taken out in turn: the calls it alone allowed (what a role without it would be denied),
+    and the grants no call needed (granted but unused, or allowed by another statement too)."""
+    needed: dict[str, list[Call]] = {}
+    unused: list[str] = []
+    for i, statement in enumerate(statements):
+        if statement.get("Effect") != "Allow":
+            continue
+        for action in _as_list(statement.get("Action", [])):
+            lost = denied(calls, without(statements, i, action))
+            if lost:
+                needed[f"{action} (statement {i})"] = lost
+            else:
+                unused.append(f"{action} (statement {i}: {statement.get('Sid', 'no Sid')})")
+    return needed, unused
