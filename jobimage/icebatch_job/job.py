@@ -298,7 +298,7 @@ def linger(first: JobRun) -> list[JobResult]:
         except JobInterrupted:
             run.out("stopped while lingering: nothing was in progress")
             break
-        except IcebatchError as e:
+        except Exception as e:  # the source unreadable for now (a catalog error, throttling): the runs taken stand
             log.warning("stopped lingering: %s", one_line(str(e), 300))
             break
         request = JobRequest(rayjob_name=first.request.rayjob_name, consumer=first.consumer.name)

@@ -8,11 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from icebatch.core.bus import load_publisher
 from icebatch.core.catalog import open_catalog
 from icebatch.core.costs.estimate import pace, run_cost
 from icebatch.core.ledger import Key, ResultsLedger, RunRecord, RunTotals, open_ledger
 from icebatch.core.settings import Settings
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
+from icebatch_job.job import JobRequest, JobRun, linger
 from icebatch_job.linger import Linger, decide, landed_rows, wait_for_rows
 
 from tests.support.consumers import consumer, consumers_file
@@ -153,3 +155,20 @@ def test_a_warm_run_tells_the_pace_not_the_cold_start(tmp_path: Path) -> None:
     # then the start-up a launch pays is the cold run's; the rows per GPU-hour are both runs'
     assert measured.fixed_seconds == 100
     assert measured.rows_per_gpu_hour == 2000 / (200 / 3600)
+
+
+def test_a_source_that_cannot_be_read_while_the_job_lingers_ends_it_not_the_runs_it_made(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a job whose run is committed and which keeps its node, and a catalog that fails while it waits
+    ledger = _ledger(settings, linger_seconds=60, cost_reference="off")
+    s = settings.with_overrides(consumers_file=settings.home / "consumers" / "consumers.yaml")
+    first = JobRun(s, ledger.consumer, JobRequest(), load_publisher(s), lambda _text: None, ledger)
+    first.linger = Linger(60.0, True, "test")
+
+    def unreachable(*_args: object, **_kwargs: object) -> None:
+        raise ConnectionError("the catalog is throttling")
+
+    monkeypatch.setattr(ledger, "backlog", unreachable)
+    # when it waits, then it stops lingering (a warning) instead of failing the job it already completed
+    assert linger(first) == []
