@@ -13,6 +13,8 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Literal
 
 from icebatch.core.bus import report_printed_by_the_job
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANSIENT
@@ -20,7 +22,7 @@ from icebatch.core.settings import Settings
 from icebatch.core.terminal import console
 from icebatch.core.terminal.command_line import StrictParser, run_cli
 from icebatch.core.terminal.json_stdout import stdout_kept_for_json, stdout_kept_for_json_until_exit
-from icebatch.core.untrusted import K8S_NAME, RUN_ID, summarize, whole_number
+from icebatch.core.untrusted import CONSUMER_NAME, K8S_NAME, RUN_ID, summarize, whole_number
 
 RUN_HELP = "read new rows, label them with the LLM, commit results + watermark"
 RUN_DESCRIPTION = (
@@ -33,7 +35,9 @@ RUN_DESCRIPTION = (
     "that waits ICEBATCH_STALL_SECONDS for a result. A job whose range kept the engine busy may then linger: while "
     "the rows that landed within the consumer's idle window (linger_seconds) would pay for a cold start of their "
     "own, it waits up to that window for the next commit and takes it as a run of its own (--to-snapshot pins "
-    "the first range only; with --no-linger or --limit the job ends with its range). "
+    "the first range only; with --no-linger or --limit the job ends with its range). With --with, the job takes "
+    "other consumers' runs through the same engine (one model load; each run its own range, results, watermark and "
+    "report; a run that fails fails alone) and does not linger. "
     "Exit status: 0 done, nothing new, or deferred (a run "
     "the launcher gave no GPU whose range has changed rows for the model: nothing committed, its next "
     "attempt gets one), 5 another run covered the range first, 1 failed (a 'Batch Job Failed' event was "
@@ -76,6 +80,33 @@ run_id_arg = matching(RUN_ID, "a run id (letters, digits and '-', at most 100, e
 rayjob_name_arg = matching(K8S_NAME, "a Kubernetes object name (lower case, digits, '-' and '.', at most 253)")
 
 
+@dataclass(frozen=True)
+class SharedRun:
+    """``--with``: another consumer's run the job takes through its engine, its range pinned or not."""
+
+    consumer: str
+    run_id: str | None = None
+    from_snapshot: int | Literal["watermark"] | None = "watermark"
+    to_snapshot: int | None = None
+
+
+def shared_run_arg(value: str) -> SharedRun:
+    """``NAME`` (its range: after its watermark, to the current snapshot) or ``NAME:RUN_ID:FROM:TO`` (pinned, as the
+    launcher passes it; FROM may be ``none``)."""
+    parts = value.split(":")
+    if not re.fullmatch(CONSUMER_NAME, parts[0]) or len(parts) not in (1, 4):
+        raise argparse.ArgumentTypeError(
+            f"{summarize(value, 60)!r} is not a consumer's name, or NAME:RUN_ID:FROM:TO (e.g. privacy, or "
+            "privacy:privacy-20261207T080000-3fa9c2:none:7012)"
+        )
+    if len(parts) == 1:
+        return SharedRun(parts[0])
+    to_snapshot = snapshot_arg(parts[3])
+    if to_snapshot is None:
+        raise argparse.ArgumentTypeError(f"{summarize(value, 60)!r}: TO is a snapshot id")
+    return SharedRun(parts[0], run_id_arg(parts[1]), snapshot_arg(parts[2]), to_snapshot)
+
+
 def positive_int(value: str) -> int:
     number = whole_number(value, 1, 10**12)
     if number is None:
@@ -97,6 +128,16 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--to-snapshot", type=snapshot_arg, help="last source snapshot to include (default: current)")
     p.add_argument("--rayjob-name", type=rayjob_name_arg, help="recorded in the events (set by the RayJob)")
     p.add_argument(
+        "--with",
+        dest="shared_with",
+        metavar="CONSUMER",
+        type=shared_run_arg,
+        action="append",
+        default=[],
+        help="also take this consumer's run through the same engine (repeatable; its model must match): NAME, or "
+        "NAME:RUN_ID:FROM:TO as the launcher pins it",
+    )
+    p.add_argument(
         "--no-linger",
         dest="linger",
         action="store_false",
@@ -107,8 +148,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace, settings: Settings, *, whole_process: bool = False) -> int:
     """The job, run in this process (``icebatch job run``); ``whole_process``: this process is the job's own
     (``python -m icebatch_job``, a RayJob's entrypoint), which ends when the job has printed its document."""
-    from icebatch_job.job import JobRequest, run_job
+    from icebatch_job.job import JobRequest
     from icebatch_job.process.interrupts import Interrupts
+    from icebatch_job.shared import run_request
 
     interrupts = Interrupts(settings.progress.drain_seconds)
     interrupts.install()
@@ -119,20 +161,32 @@ def run_command(args: argparse.Namespace, settings: Settings, *, whole_process: 
         limit=args.limit,
         rayjob_name=args.rayjob_name,
         consumer=args.consumer,
-        linger=args.linger and args.limit is None,  # a run of at most N rows is all it was asked for
+        linger=args.linger and args.limit is None and not args.shared_with,  # a run of at most N rows: all it asked
+        shared_with=tuple(
+            JobRequest(
+                run_id=r.run_id,
+                from_snapshot=r.from_snapshot,
+                to_snapshot=r.to_snapshot,
+                limit=args.limit,
+                rayjob_name=args.rayjob_name,
+                consumer=r.consumer,
+                linger=False,
+            )
+            for r in args.shared_with
+        ),
     )
     printed = nullcontext() if args.json else report_printed_by_the_job()  # the local reporter: not twice
     # Ray forwards the engine's output to this process's stdout; in the job's own process, until Ray is shut down
     # at its exit, after the document: stdout stays on stderr until then
     document = stdout_kept_for_json_until_exit(args.json) if whole_process else None
     with stdout_kept_for_json(args.json and not whole_process), printed:
-        result = run_job(
+        result = run_request(
             settings, request, out=(lambda _text: None) if args.json else console.say, interrupts=interrupts
         )
     if args.json:
         text = json.dumps(result.to_json(), indent=2, sort_keys=True, default=str)
         print(text, file=document or console.out(), flush=True)
-    return STATUS[result.status]
+    return STATUS[result.job_status]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ SOURCE_HASH = (
 SOURCE_ID = "__icebatch_source_id"
 TRUNCATED = "__icebatch_truncated"
 EMPTY_INPUT = "__icebatch_empty_input"  # every input column blank: the answer is not a label
+MEMBER = "__icebatch_member"  # a shared job's (``icebatch_job.shared``): which of its runs the row is for
 # what ray.data.llm's vLLM stage reads ...
 TOKENIZED_PROMPT = "tokenized_prompt"
 SAMPLING_PARAMS = "sampling_params"
@@ -33,6 +34,7 @@ PARSED_FIELDS = (
     NUM_INPUT_TOKENS,
     NUM_GENERATED_TOKENS,
     TIME_TAKEN_LLM,
+    MEMBER,
 )
 
 # the CPU share of the light stages: on 2 cores, whole CPUs for them starve the engine

@@ -9,7 +9,8 @@ stay committed (``resumable``): the next attempt of the run processes only the r
 The steps, in order: ``plan`` -> ``start`` -> ``stream`` (chunks are committed as rows finish) ->
 ``commit`` (the last chunk, with the watermark) -> ``completed``. A job whose range kept the engine busy may then
 linger (``icebatch_job.linger``): it keeps its node for an idle window and takes the rows that land, each range
-a run of its own through the same steps (``JobResult.lingered``).
+a run of its own through the same steps (``JobResult.lingered``). A shared job (``icebatch_job.shared``: ``--with``)
+takes several consumers' runs through one engine, each through the same steps (``JobResult.shared``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -45,6 +46,7 @@ from icebatch.core.untrusted import one_line
 
 from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run_totals
 from icebatch_job.commit.results import RunStats, batch_engine_seconds
+from icebatch_job.commit.sharing import Sharing
 from icebatch_job.linger import Linger
 from icebatch_job.process.interrupts import Interrupts, JobInterrupted, JobStalled
 from icebatch_job.process.stall import StallWatch
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from icebatch_job.plan.work import Work
+    from icebatch_job.stages.inputs import RunSource
     from icebatch_job.stages.pipeline import BuiltPipeline
 
 log = logging.getLogger(__name__)
@@ -74,6 +77,8 @@ class JobRequest:
     rayjob_name: str | None = None
     consumer: str | None = None  # by hand, with several consumers: which one
     linger: bool = True  # False: end once the range is committed, whatever the consumer's idle window
+    # other consumers' runs the job takes through one engine (``icebatch_job.shared``); a shared job does not linger
+    shared_with: tuple[JobRequest, ...] = ()
 
 
 @dataclass
@@ -86,6 +91,13 @@ class JobResult:
     timeline: dict[str, float] = field(default_factory=dict)  # EngineTiming.timeline (wall-clock epochs)
     linger: Linger | None = None  # whether the job kept its node after this run (decided before its last commit)
     lingered: list[JobResult] = field(default_factory=list)  # the runs the job took while it lingered
+    shared: list[JobResult] = field(default_factory=list)  # the other runs of a shared job (``JobRequest.shared_with``)
+
+    @property
+    def job_status(self) -> Status:
+        """The job's: this run's, unless a run it shared its engine with failed or lost its range (its exit status)."""
+        statuses = {r.status for r in self.shared} | {self.status}
+        return next((s for s in ("failed", "conflict") if s in statuses), self.status)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "rows": 0}
@@ -123,6 +135,8 @@ class JobResult:
             out["linger"] = {"kept": kept.keeps, "seconds": round(kept.seconds, 3), "why": kept.why}
         if self.lingered:
             out["lingered"] = [r.to_json() for r in self.lingered]
+        if self.shared:
+            out["shared"] = [r.to_json() for r in self.shared]
         return out
 
 
@@ -176,6 +190,7 @@ class JobRun:
     warm: bool = False  # taken by a job that lingered after another run (``icebatch_job.linger``)
     linger: Linger | None = None  # decided when the range is drained, before its last commit
     job_started: float = field(default_factory=time.monotonic)  # the job's, not the run's (a lingering job's runs)
+    sharing: Sharing | None = None  # a shared job's runs (``icebatch_job.shared``): how they split the node
 
     @property
     def elapsed(self) -> float:
@@ -207,6 +222,7 @@ class JobRun:
             linger_seconds=self.linger.seconds
             if self.linger is not None and self.linger.keeps and not self.warm
             else 0,
+            **(self.sharing.split(self.consumer.name) if self.sharing is not None else {}),
         )
 
 
@@ -223,8 +239,10 @@ def run_job(
     ``interrupts`` (the command line's) makes SIGTERM commit the finished rows before the job stops.
     """
     request = request or JobRequest()
-    consumer = consumer_named(load_consumers(settings), request.consumer)
     arm(settings.progress.failpoint, settings.home)
+    if request.shared_with:
+        raise ValueError("a request with shared_with is a shared job's: icebatch_job.shared.run_request runs it")
+    consumer = consumer_named(load_consumers(settings), request.consumer)
     run = JobRun(
         settings,
         consumer,
@@ -456,6 +474,18 @@ def start(run: JobRun) -> BuiltPipeline:
     """Ray, what is already done, the read of the rest of the range, and the pipeline (the engine starts
     as the pipeline executes). The driver imports what the build needs while Ray starts
     (``icebatch_job.process.warm_imports``)."""
+    with start_ray(run) as every:
+        built = _build(run, every)
+        if run.interrupts is not None:
+            run.interrupts.install()  # and again: Ray Data LLM's processor build calls ray.init once more
+    run.model = built.model_name
+    return built
+
+
+@contextmanager
+def start_ray(run: JobRun) -> Iterator[int]:
+    """Ray up for ``run`` (its chunk, model and device decided); yields how many finished rows make a commit. The
+    driver imports what the pipeline's build needs while Ray starts, till the block ends."""
     from icebatch_job.commit.window import chunk_size, commit_every
     from icebatch_job.process.runtime import init_ray, prepare_environment
     from icebatch_job.process.warm_imports import imports_in_background
@@ -490,11 +520,7 @@ def start(run: JobRun) -> BuiltPipeline:
         )
         if run.interrupts is not None:
             run.interrupts.install()  # again: ray.init sets its own SIGTERM handler (sys.exit)
-        built = _build(run, every)
-        if run.interrupts is not None:
-            run.interrupts.install()  # and again: Ray Data LLM's processor build calls ray.init once more
-    run.model = built.model_name
-    return built
+        yield every
 
 
 def _say_what_runs(run: JobRun) -> None:
@@ -507,20 +533,36 @@ def _say_what_runs(run: JobRun) -> None:
 
 
 def _build(run: JobRun, every: int) -> BuiltPipeline:
-    from icebatch_job.commit.window import RowWindow, blocks_of
-    from icebatch_job.plan.source import Failpoint, read_dataset
     from icebatch_job.process.runtime import detect_device
     from icebatch_job.stages.pipeline import build_pipeline
 
-    s, task, p, engine, work = run.settings, run.consumer.task, run.plan, run.settings.engine, run.work
-    assert p is not None and work is not None
-    run.device = detect_device(s)
+    assert run.plan is not None
+    run.device = detect_device(run.settings)
+    source = run_source(run, every)
+    return build_pipeline(
+        source.dataset,
+        source.task,
+        run.settings,
+        window=source.window,
+        run_id=run.plan.run_id,
+        model=run.model,
+        device=run.device,
+    )
+
+
+def run_source(run: JobRun, every: int, member: int | None = None) -> RunSource:
+    """The rows of ``run`` still to do, as the pipeline reads them, its row window, and its committer (Ray is up)."""
+    from icebatch_job.commit.window import RowWindow, blocks_of
+    from icebatch_job.plan.source import Failpoint, read_dataset
+    from icebatch_job.stages.inputs import RunSource
+
+    s, work, engine = run.settings, run.work, run.settings.engine
+    assert work is not None
     window = RowWindow(run.chunk_rows)
     policy = ChunkPolicy(every, s.progress.chunk_seconds, engine.max_inference_error_rate)
     run.committer = _committer(run, policy, window.release)
     source = read_dataset(work.planned, work.skip, fp=Failpoint(s.progress.failpoint, s.home))
-    source = blocks_of(source, engine.batch_size)
-    return build_pipeline(source, task, s, window=window, run_id=p.run_id, model=run.model, device=run.device)
+    return RunSource(blocks_of(source, engine.batch_size), run.consumer.task, window, member)
 
 
 def stream(run: JobRun, built: BuiltPipeline) -> None:

@@ -56,6 +56,7 @@ TOP_OF_THE_DATA_PLANE = {
     "icebatch_job.cli",
     "icebatch_job.job",
     "icebatch_job.linger",
+    "icebatch_job.shared",
     "icebatch_job.progress",
     "icebatch_job.columns",
 }

@@ -26,7 +26,9 @@ RAY_57733 = re.compile(
 pytestmark = pytest.mark.e2e
 
 
-def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_backfill(tmp_path: Path) -> None:
+def test_the_demo_runs_two_consumers_in_one_job_from_one_event_then_refuses_an_over_budget_backfill(
+    tmp_path: Path,
+) -> None:
     home = tmp_path / ".icebatch"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ICEBATCH_")}
     mark, shm_before = uuid.uuid4().hex, shared_memory()
@@ -48,13 +50,14 @@ def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_
     positions = [out.index(f"==> {n}/7") for n in range(1, 8)]
     assert positions == sorted(positions)
     assert out.count("tickets -> snapshot") == 4
-    # one launcher invocation launched both consumers' jobs, and each report reached the reporter
+    # one launcher invocation launched both consumers' runs in one job (one model: one engine), and each report
+    # reached the reporter
     first = out[positions[3] : positions[4]]
     assert (
-        "triage: launch (scheduled drain of 120 rows)" in first
-        and "privacy: launch (scheduled drain of 120 rows)" in first
+        "triage: launch (scheduled drain of 120 rows; one job with privacy (one engine))" in first
+        and "privacy: launch (scheduled drain of 120 rows; in triage's job)" in first
     )
-    assert first.count("ran in-process: completed") == 2
+    assert first.count("ran in-process: completed") == 2 and len(list((home / "jobs").glob("ib-*.log"))) == 1
     assert "[report] icebatch triage: 120 tickets, $" in out and "[report] icebatch privacy: 120 tickets, $" in out
     for block in ("INCREMENTAL STATE", "BATCH SUMMARY", "TOKENOMICS"):
         assert block in out
@@ -84,7 +87,7 @@ def test_the_demo_runs_two_consumers_from_one_event_then_refuses_an_over_budget_
     errors = [line for line in said.splitlines() if re.search(r"^\[[^]]* E \d+ \d+\]|\bERROR\b", line)]
     upstream = [line for line in errors if RAY_57733.search(line)]
     assert [line for line in errors if line not in upstream] == [], errors[:5]
-    assert len(upstream) <= 2, upstream  # one per job: triage, privacy
+    assert len(upstream) <= 1, upstream  # one per job: the shared one
     assert "Progress bars disabled" not in said  # icebatch turned them off and prints its own progress
     # and each consumer's results table holds every ticket once
     settings = Settings(home=home)

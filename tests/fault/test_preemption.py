@@ -27,6 +27,7 @@ from icebatch_job.example.tickets import append_tickets, ensure_source_table, ge
 from icebatch_job.stages.pipeline import in_flight_rows
 
 from tests.fault.conftest import Endpoint
+from tests.support.consumers import consumers_file
 from tests.support.fault_proxy import fault_proxy
 from tests.support.job_process import JobProcess, start_job
 from tests.support.live_rows import live_rows
@@ -369,3 +370,34 @@ def test_a_lingering_job_killed_in_the_range_it_took_loses_and_doubles_nothing(
     verdicts = Counter(ledger.results().scan(selected_fields=("source_id",)).to_arrow().column(0).to_pylist())
     assert len(live) == 40 and verdicts == Counter(set(live)), {i: n for i, n in verdicts.items() if n != 1}
     assert ledger.plan() is None
+
+
+@pytest.mark.parametrize("point", ["commit.before@3", "commit.after@3"])
+def test_a_shared_job_killed_mid_run_loses_and_doubles_nothing_for_any_of_its_consumers(
+    job_settings: Settings, point: str
+) -> None:
+    # given 80 tickets and two consumers whose runs one job takes through the same endpoint (a commit every 36 rows)
+    s = job_settings.with_overrides(
+        consumers_file=consumers_file(
+            job_settings.home / "shared",
+            {"name": "triage", "backlog_threshold": 1},
+            {"name": "privacy", "task": "privacy", "backlog_threshold": 1},
+        )
+    )
+    triage, privacy = (consumer_named(load_consumers(s), name) for name in ("triage", "privacy"))
+    _tickets(s, 80, seed=41)
+    # when the shared job's whole tree is SIGKILLed at its third commit (one run's chunk, the other's mid-stream)
+    job = start_job(s, triage, shared_with=[privacy], failpoint=point, tag="shared-kill")
+    assert job.wait_for_failpoint() is not None, job.output()[-3000:]
+    job.kill_tree()
+    # and a shared job runs again
+    resumed = start_job(s, triage, shared_with=[privacy], tag="shared-resume")
+    assert resumed.wait() == 0, resumed.output()[-3000:]
+    # then each consumer has one verdict per ticket, counted from its files, and nothing is pending
+    for consumer in (triage, privacy):
+        ledger = open_ledger(s, consumer)
+        _check(ledger, 0)
+        live = Counter(live_rows(ledger.source()).column("ticket_id").to_pylist())
+        verdicts = Counter(ledger.results().scan(selected_fields=("source_id",)).to_arrow().column(0).to_pylist())
+        assert len(live) == 80 and verdicts == Counter(set(live)), (consumer.name, verdicts)
+        assert ledger.plan() is None

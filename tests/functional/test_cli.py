@@ -72,12 +72,17 @@ def test_launch_dry_run_json_holds_decision_and_manifest(tmp_path: Path) -> None
     assert [d["decision"] for d in data["decisions"]] == ["dry_run", "dry_run"]
     for decision, manifest in zip(data["decisions"], data["manifests"], strict=True):
         assert manifest["kind"] == "RayJob" and manifest["metadata"]["name"] == decision["job_name"]
+    # one job for both consumers (one model): each decision's manifest is that job's
+    assert len({d["job_name"] for d in data["decisions"]}) == 1
 
 
 def test_launch_dry_run_prints_the_manifest_for_review(tmp_path: Path) -> None:
     icebatch(tmp_path, "generate", "--tickets", "10")
     out = icebatch(tmp_path, "launch", "--force", "--dry-run").stdout
     assert "decision                      : dry_run" in out and "kind: RayJob" in out
+    # the example's two consumers share one model: one job for both, its manifest printed once
+    assert out.count("kind: RayJob") == 1 and "icebatch.io/shared-with: privacy/" in out
+    assert "printed above (one job for several consumers)" in out
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (EVENTS / "malformed").glob("*.json")))

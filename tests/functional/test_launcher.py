@@ -718,3 +718,89 @@ def test_rows_changed_by_a_copy_on_write_update_are_labelled_by_the_next_attempt
     verdicts = ledger.results().scan(selected_fields=("source_id", "summary")).to_arrow().to_pylist()  # type: ignore[union-attr]
     assert sorted(v["source_id"] for v in verdicts) == sorted(set(v["source_id"] for v in verdicts))
     assert sorted(v["source_id"] for v in verdicts if v["summary"].endswith("(reopened)")) == ids
+
+
+def test_consumers_of_one_model_due_at_once_share_one_rayjob_which_is_each_ones_job(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, tmp_path: Path
+) -> None:
+    # given two consumers of the table on the deployment's model, and a third on a model of its own
+    eight = _model_folder(tmp_path / "llama-8b")
+    s = kube(
+        settings,
+        k8s,
+        aws_endpoint,
+        {"name": "triage", "backlog_threshold": 50},
+        {"name": "privacy", "task": "privacy", "backlog_threshold": 50},
+        {"name": "other", "backlog_threshold": 50, "model": eight},
+    )
+    tickets(s, 60)
+    # when the schedule fires
+    response = invoke("launcher", event("schedule.json"), s)
+    by_consumer = {d["consumer"]: d for d in response["decisions"]}
+    # then triage and privacy launch in one RayJob (named for triage), each its own run; the other model has its own
+    triage, privacy, other = by_consumer["triage"], by_consumer["privacy"], by_consumer["other"]
+    assert {d["decision"] for d in by_consumer.values()} == {"launch"}, by_consumer
+    assert triage["job_name"] == privacy["job_name"] != other["job_name"]
+    assert triage["run_id"] != privacy["run_id"]
+    assert "one job with privacy (one engine)" in triage["reason"] and "in triage's job" in privacy["reason"]
+    assert sorted(k8s.names()) == sorted([triage["job_name"], other["job_name"]])
+    job = k8s.objects[("icebatch", triage["job_name"])]
+    entrypoint = job["spec"]["entrypoint"]
+    assert f"--with privacy:{privacy['run_id']}:none:{privacy['current_snapshot_id']}" in entrypoint
+    assert "--with" not in k8s.objects[("icebatch", other["job_name"])]["spec"]["entrypoint"]
+    # and while the shared job runs, the next trigger finds it as both consumers' job: nothing more is launched
+    k8s.set_status(triage["job_name"], jobDeploymentStatus="Running", jobStatus="RUNNING")
+    again = {d["consumer"]: d for d in invoke("launcher", event("schedule.json"), s)["decisions"]}
+    assert again["triage"]["decision"] == again["privacy"]["decision"] == "already_launched", again
+    assert again["privacy"]["active_job"] == triage["job_name"]
+    # and once it failed (a run in it failed), each consumer's next attempt is launched, shared again
+    k8s.set_status(triage["job_name"], jobDeploymentStatus="Failed", jobStatus="FAILED", reason="AppFailed")
+    retry = {d["consumer"]: d for d in invoke("launcher", event("schedule.json"), s)["decisions"]}
+    assert retry["triage"]["attempt"] == retry["privacy"]["attempt"] == 2
+    assert retry["triage"]["job_name"] == retry["privacy"]["job_name"] and retry["triage"]["decision"] == "launch"
+    assert len(k8s.names()) == 3
+
+
+def test_with_share_jobs_off_each_consumer_gets_its_own_job(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    s = kube(
+        settings,
+        k8s,
+        aws_endpoint,
+        {"name": "triage", "backlog_threshold": 50},
+        {"name": "privacy", "task": "privacy", "backlog_threshold": 50},
+        share_jobs=False,
+    )
+    tickets(s, 60)
+    decisions = invoke("launcher", event("schedule.json"), s)["decisions"]
+    assert [d["decision"] for d in decisions] == ["launch", "launch"]
+    assert len({d["job_name"] for d in decisions}) == 2 == len(k8s.names())
+    assert all("--with" not in o["spec"]["entrypoint"] for o in k8s.objects.values())
+
+
+def test_consumers_whose_runs_pay_only_together_launch_together(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    # given two consumers of one model, each with the default cost gate, and 60 tickets: not enough to pay, together
+    entries = (
+        {"name": "triage", "backlog_threshold": 50, "cost_reference": "cheapest"},
+        {"name": "privacy", "task": "privacy", "backlog_threshold": 50, "cost_reference": "cheapest"},
+    )
+    s = kube(settings, k8s, aws_endpoint, *entries)
+    alone = kube(settings, k8s, aws_endpoint, *entries, share_jobs=False)
+    tickets(s, 60)
+    waiting = invoke("launcher", event("glue-table-change.json"), s)["decisions"]
+    assert [d["decision"] for d in waiting] == ["wait", "wait"], waiting
+    assert "priced with privacy's rows: one job" in waiting[0]["reason"]
+    # when half the rows that make the shared run pay land for each (one start-up for both consumers' rows)
+    together = waiting[0]["rows_to_pay"]
+    tickets(s, -(-together // 2) - 60, seed=2)
+    # then each consumer's run alone still does not pay, and the two together launch, in one job
+    assert [d["decision"] for d in invoke("launcher", event("glue-table-change.json"), alone)["decisions"]] == [
+        "wait",
+        "wait",
+    ]
+    launched = invoke("launcher", event("glue-table-change.json"), s)["decisions"]
+    assert [d["decision"] for d in launched] == ["launch", "launch"], launched
+    assert launched[0]["job_name"] == launched[1]["job_name"] and len(k8s.names()) == 1

@@ -21,11 +21,16 @@ TASKS = Path(__file__).resolve().parents[2] / "functions" / "icebatch" / "consum
 
 
 def consumers_file(folder: Path, *entries: dict[str, Any]) -> Path:
-    """A consumers file of these entries (``task`` names a task of the default ones: triage or privacy)."""
+    """A consumers file of these entries (``task`` names a task of the default ones, triage or privacy, or is a task
+    file's ``Path``)."""
     import yaml
 
+    def task(entry: dict[str, Any]) -> str:
+        given = entry.get("task", "triage")
+        return str(given if isinstance(given, Path) else TASKS / f"{given}.json")
+
     folder.mkdir(parents=True, exist_ok=True)
-    listed = [{**e, "task": str(TASKS / f"{e.get('task', 'triage')}.json")} for e in entries]
+    listed = [{**e, "task": task(e)} for e in entries]
     path = folder / "consumers.yaml"
     path.write_text(yaml.safe_dump({"consumers": listed}))
     return path

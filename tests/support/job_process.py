@@ -13,12 +13,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
-from icebatch.core.consumers import Consumer
+from icebatch.core.consumers import Consumer, job_consumers_json
 from icebatch.core.settings import Settings
 
 
@@ -124,17 +125,21 @@ def start_job(
     tag: str = "job",
     extra_env: dict[str, str] | None = None,
     launch: bool = False,
+    shared_with: Sequence[Consumer] = (),
 ) -> JobProcess:
     """``python -m icebatch_job run --json`` in its own session, with the environment a RayJob's pod gets
-    (``extra_env``: e.g. ``RAY_ADDRESS``, as KubeRay sets it for the entrypoint). ``launch``: instead,
-    ``icebatch launch --force`` for the consumer, which runs the job in its own process (the embedded default)."""
+    (``extra_env``: e.g. ``RAY_ADDRESS``, as KubeRay sets it for the entrypoint), a shared job's with ``shared_with``.
+    ``launch``: instead, ``icebatch launch --force`` for the consumer, which runs the job in its own process (the
+    embedded default)."""
     if launch:
         env = settings.job_environment(failpoint=failpoint)
         env["ICEBATCH_CONSUMERS_FILE"] = str(settings.launch.consumers_file)
         command = ["-m", "icebatch.tools.cli", "launch", "--force", "--consumer", consumer.name, "--json"]
     else:
-        env = settings.job_environment(job_consumer=consumer.to_json(), failpoint=failpoint)
+        env = settings.job_environment(job_consumer=job_consumers_json([consumer, *shared_with]), failpoint=failpoint)
         command = ["-m", "icebatch_job", "run", "--json"]
+        if shared_with:
+            command += ["--consumer", consumer.name, *(a for c in shared_with for a in ("--with", c.name))]
     env.update({k: os.environ[k] for k in ("PATH", "PYTHONPATH", "HOME", "HF_HUB_OFFLINE") if k in os.environ})
     env.update(extra_env or {})
     log = settings.home / f"{tag}-{time.monotonic_ns()}.log"

@@ -83,6 +83,13 @@ def test_the_cli_takes_what_is_written_plainly() -> None:
         (["run", "--rayjob-name", "x" * 300], "is not a Kubernetes object name"),
         (["run", "--rayjob-name", "Job\nName"], "is not a Kubernetes object name"),
         (["run", "--lim", "5"], "unrecognized arguments: --lim 5"),
+        # another consumer's run a shared job takes: its name, or its pinned range as the launcher writes it
+        (["run", "--with", "Privacy"], "is not a consumer's name, or NAME:RUN_ID:FROM:TO"),
+        (["run", "--with", "privacy:r1"], "is not a consumer's name, or NAME:RUN_ID:FROM:TO"),
+        (["run", "--with", "privacy:r1:none:none"], "TO is a snapshot id"),
+        (["run", "--with", "privacy:r1:x:5"], "is not a snapshot id"),
+        (["run", "--with", "privacy:r 1:none:5"], "is not a run id"),
+        (["run", "--with", "privacy:r1:1:5:6"], "is not a consumer's name, or NAME:RUN_ID:FROM:TO"),
     ],
 )
 def test_the_job_refuses_what_is_not_written_plainly(
@@ -99,3 +106,11 @@ def test_the_job_takes_what_the_launcher_passes() -> None:
     # when the job parses them, then each is taken as given
     args = job_parser().parse_args(argv)
     assert (args.from_snapshot, args.to_snapshot, args.rayjob_name, args.limit) == (None, 2**63 - 1, name, 10**12)
+
+
+def test_the_job_takes_the_runs_a_shared_job_is_given() -> None:
+    args = job_parser().parse_args(["run", "--consumer", "triage", "--with", "privacy", "--with", "b:b-1:none:7"])
+    assert [(r.consumer, r.run_id, r.from_snapshot, r.to_snapshot) for r in args.shared_with] == [
+        ("privacy", None, "watermark", None),
+        ("b", "b-1", None, 7),
+    ]

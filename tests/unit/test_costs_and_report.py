@@ -3,10 +3,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from icebatch.core.costs.report import completed_text, failed_text, subject
 from icebatch.core.costs.run_cost import CostInputs, cost_breakdown
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed, SnapshotRange, TokenCounts
+from icebatch_job.commit.sharing import Sharing
 
 pytestmark = pytest.mark.unit
 
@@ -252,3 +254,24 @@ def test_the_json_report_holds_every_figure_the_text_report_shows() -> None:
         assert f"{name} {money(usd)}" in report.text, (name, usd)
     # and the subject's cost and rows are the JSON's
     assert f"{data['rows']:,} reviews" in report.subject and money(cost["lifetime_cost"]) in report.subject
+
+
+def test_a_shared_jobs_runs_split_its_node_by_tokens_and_each_says_what_it_saved() -> None:
+    # given a shared job's node: 300 s of job (90 s of it start-up) and a 90 s tail, split 70/30 by tokens
+    sharing = Sharing(["triage", "privacy"])
+    assert sharing.split("triage") == {"share": 0.5, "shared_with": ("privacy",)}  # no tokens yet: even
+    sharing.received("triage", pa.table({"num_input_tokens": [600], "num_generated_tokens": [100]}))
+    sharing.received("privacy", pa.table({"num_input_tokens": [250], "num_generated_tokens": [50]}))
+    node = {"rows": 100, "input_tokens": 1, "output_tokens": 1, "engine_seconds": 210, "job_seconds": 300, "gpus": 1}
+    rate = {"hourly_rate": 3.6, "ttl_seconds": 60, "consolidate_seconds": 30, "startup_seconds": 90}
+    alone = cost_breakdown(CostInputs(**node, **rate))
+    costs = {
+        name: cost_breakdown(CostInputs(**node, **rate, share=sharing.split(name)["share"]))
+        for name in ("triage", "privacy")
+    }
+    # then the runs pay the node's lifetime between them, and each saved the others' part of start-up and tail
+    assert sharing.split("privacy")["share"] == pytest.approx(0.3)
+    assert sum(c.lifetime_cost for c in costs.values()) == pytest.approx(alone.lifetime_cost) == 0.39
+    assert costs["triage"].sharing_saved == pytest.approx(0.3 * (90 + 90) / 1000)
+    assert costs["privacy"].sharing_saved == pytest.approx(0.7 * (90 + 90) / 1000)
+    assert alone.sharing_saved == 0 and alone.share == 1

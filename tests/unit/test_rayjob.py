@@ -3,16 +3,18 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shlex
 from datetime import UTC, datetime
 
 import pytest
-from icebatch.control.jobs import job_state
+from icebatch.control.jobs import job_state, members
 from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_env, job_name, range_tag
 from icebatch.control.reconcile import failure_event
-from icebatch.core.consumers import Consumer
+from icebatch.core.consumers import Consumer, load_consumers
 from icebatch.core.costs.estimate import gpus_for
 from icebatch.core.errors import ConfigError
 from icebatch.core.settings import Settings
+from icebatch_job.cli import build_parser
 
 from tests.support.consumers import triage
 from tests.support.crd import CRD_DIR, SHARED_DIR, VERSIONS, errors
@@ -248,3 +250,45 @@ def test_a_catalog_configured_the_pyiceberg_way_reaches_the_pod_without_its_cred
     assert env["ICEBATCH_CATALOG_TYPE"] == "pyiceberg" and env["ICEBATCH_CATALOG_NAME"] == "tables"
     # and a glue deployment hands on none of them
     assert not [k for k in (e["name"] for e in job_env(S, spec())) if k.startswith("PYICEBERG_")]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_shared_job_takes_each_consumers_pinned_run_and_is_each_consumers_job(version: str) -> None:
+    # given two consumers' launches from their own watermarks, shared in one job (named for the first)
+    privacy = Consumer.model_validate({**TRIAGE.model_dump(), "name": "privacy"})
+    rider_tag = range_tag("icebatch-prod", "privacy", 1, None)
+    rider = spec(
+        consumer=privacy, tag=rider_tag, from_snapshot=None, run_id="privacy-20261129T020000-123456", attempt=2
+    )
+    shared = spec(riders=(rider,))
+    manifest = build_rayjob_manifest(S, shared)
+    # then the RayJob is valid, and its entrypoint, parsed as the job parses it, pins both runs
+    assert errors(manifest, version) == []
+    command = shlex.split(manifest["spec"]["entrypoint"])
+    args = build_parser().parse_args(command[3:])
+    assert (args.consumer, args.run_id, args.from_snapshot, args.to_snapshot) == ("triage", shared.run_id, 123, 456)
+    [taken] = args.shared_with
+    assert (taken.consumer, taken.run_id, taken.from_snapshot, taken.to_snapshot) == (
+        "privacy",
+        rider.run_id,
+        None,
+        456,
+    )
+    # and the pod reads back both consumers, tasks included
+    env = {e["name"]: e["value"] for e in job_env(S, shared)}
+    assert load_consumers(Settings.from_env(env)) == [TRIAGE, privacy]
+    # and the launcher sees the job as each consumer's, from each one's range and attempt
+    states = members(job_state({**manifest, "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}))
+    assert [(j.consumer, j.from_tag, j.attempt, j.name) for j in states] == [
+        ("triage", shared.tag, 1, shared.name),
+        ("privacy", rider_tag, 2, shared.name),
+    ]
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    ["", "privacy", "Privacy/0123456789/a1", "privacy/0123456789/a1/x", "privacy/xyz/a1", "p/0123456789/a"],
+)
+def test_a_shared_with_annotation_that_is_not_the_launchers_names_no_other_consumer(annotation: str) -> None:
+    state = job_state({"metadata": {"name": "ib-x", "annotations": {"icebatch.io/shared-with": annotation}}})
+    assert members(state) == [state]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 from icebatch.control.rayjob import LABEL
@@ -67,3 +68,14 @@ def job_state(obj: dict[str, Any]) -> JobState:
         end_time=status.get("endTime"),
         annotations=dict(meta.get("annotations") or {}),
     )
+
+
+_RIDER = re.compile(r"([a-z][a-z0-9-]{0,19})/([0-9a-f]{10})/a([0-9]{1,3})")
+
+
+def members(job: JobState) -> list[JobState]:
+    """A job as each consumer it runs for sees it: a shared job (``icebatch.control.rayjob.shared_with``) is also
+    each other consumer's job, from that consumer's range and attempt; what it says otherwise is ignored."""
+    riders = job.annotations.get(f"{LABEL}/shared-with", "")
+    found = [_RIDER.fullmatch(part) for part in riders.split(",") if part]
+    return [job, *(replace(job, consumer=m[1], from_tag=m[2], attempt=int(m[3])) for m in found if m)]

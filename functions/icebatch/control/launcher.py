@@ -10,11 +10,15 @@ returns. Per consumer, the steps are:
 2. ``decide``: the gate;
 3. ``build``: the job's spec and manifest (also for a dry run);
 4. ``submit``: create the job (409: already launched) and announce it.
+
+Consumers that launch at once with the engine and one model share a job (``sharing``; ``ICEBATCH_SHARE_JOBS``): one
+node, one model load, one engine for their runs (``icebatch_job.shared``), each its own range, results and report.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -24,16 +28,17 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 from icebatch.control.backends import JobBackend
 from icebatch.control.failure_records import failures_on_record
 from icebatch.control.gate import ActiveJob, Decision, GateInput, GateResult, Refusal, decide, staleness_lead
-from icebatch.control.jobs import JobState
+from icebatch.control.jobs import JobState, members
 from icebatch.control.model_files import model_problem
 from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_name, range_tag
 from icebatch.control.triggers import Trigger, relevance
 from icebatch.core.bus import EventPublisher
-from icebatch.core.consumers import Consumer
+from icebatch.core.consumers import MAX_JOB_CONSUMER_BYTES, Consumer, job_consumers_json
 from icebatch.core.costs.estimate import CostCheck, Estimate, cost_check, estimate_run, spent_on, start_of
+from icebatch.core.costs.lease import Member, group_check
 from icebatch.core.errors import InvalidEventError, InvalidTaskError, SourceReplacedError
-from icebatch.core.events import BatchJobSubmitted, SnapshotRange
-from icebatch.core.ledger import Backlog, Pending, ResultsLedger, new_run_id
+from icebatch.core.events import MAX_SHARED, BatchJobSubmitted, SnapshotRange
+from icebatch.core.ledger import Backlog, Pending, ResultsLedger, RunRecord, new_run_id
 from icebatch.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -102,7 +107,7 @@ class Context:
     def jobs(self, consumer: str) -> list[JobState]:
         if self._jobs is None:  # one API call per invocation, and only when some consumer has work
             self._jobs = self.backend.list_jobs(self.settings.top.deployment)
-        return [j for j in self._jobs if j.consumer == consumer]
+        return [j for job in self._jobs for j in members(job) if j.consumer == consumer]
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,8 @@ class Observation:
     spent_today: float | None = None  # what the consumer's runs committed today cost (read when it has work)
     pending: Pending | None = None  # a run part way through its range: the launch resumes it
     deferred: bool = False  # the range's last attempt had no model and found rows that need it
+    runs: Sequence[RunRecord] = ()  # the consumer's committed runs (what its estimate learns from)
+    priced_with: str | None = None  # the consumers its cost gate priced its run with (one shared job)
 
 
 def launch(
@@ -138,19 +145,116 @@ def launch(
         known = ", ".join(c.name for c in consumers)
         raise InvalidEventError(f"no consumer named {str(trigger.consumer)[:40]!r} (known: {known})")
     ctx = Context(settings, catalog, backend, publisher, now or datetime.now(UTC))
-    return [launch_consumer(trigger, consumer, ctx) for consumer in selected]
+    seen = {consumer.name: observe(trigger, consumer, ctx) for consumer in selected}
+    if settings.launch.share_jobs and settings.engine.engine_mode == "engine":
+        seen = priced_together(selected, seen, settings)
+    decided = [decide_consumer(trigger, consumer, seen[consumer.name], ctx) for consumer in selected]
+    outcomes: dict[str, LaunchOutcome] = {}
+    for group in sharing(decided, settings):
+        outcomes.update(launch_group(trigger, group, ctx))
+    return [outcomes[consumer.name] for consumer in selected]
 
 
-def launch_consumer(trigger: Trigger, consumer: Consumer, ctx: Context) -> LaunchOutcome:
-    seen = observe(trigger, consumer, ctx)
+@dataclass(frozen=True)
+class Decided:
+    """One consumer's decision, before its job (if any) is submitted."""
+
+    consumer: Consumer
+    seen: Observation
+    gate: GateResult
+    spec: JobSpec | None
+
+
+def priced_together(
+    consumers: list[Consumer], seen: dict[str, Observation], settings: Settings
+) -> dict[str, Observation]:
+    """Each consumer with a cost gate and new rows, priced with the others of its model that would share its job
+    (``lease.group_check``: one start-up for their rows together), as ``bench.day``'s sharing policy prices them."""
+    waiting = [c for c in consumers if (o := seen[c.name]).cost is not None and o.active is None and o.backlog]
+    priced = dict(seen)
+    for consumer in waiting:
+        model = consumer.model_source(settings)
+        group = [c for c in waiting if c.model_source(settings) == model]
+        if len(group) < 2:
+            continue
+        members = [Member(c, seen[c.name].backlog.rows, seen[c.name].runs) for c in group]  # type: ignore[union-attr]
+        if (check := group_check(members, settings)) is not None:
+            others = ", ".join(c.name for c in group if c is not consumer)
+            priced[consumer.name] = replace(seen[consumer.name], cost=check, priced_with=others)
+    return priced
+
+
+def decide_consumer(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> Decided:
     gate = decide(gate_input(trigger, consumer, seen, ctx))
-    spec = manifest = submission = None
+    if seen.priced_with and gate.decision in ("launch", "dry_run", "wait"):
+        gate = replace(gate, reason=f"{gate.reason} (priced with {seen.priced_with}'s rows: one job)")
+    spec = None
     if gate.decision in ("launch", "dry_run") and seen.backlog is not None:
         spec = job_spec(trigger, consumer, seen, ctx)
+    return Decided(consumer, seen, gate, spec)
+
+
+def sharing(decided: list[Decided], settings: Settings) -> list[list[Decided]]:
+    """The jobs to submit: consumers that launch now with the engine and one model share a job (``ICEBATCH_SHARE_JOBS``;
+    ``icebatch_job.shared``), as many as one job's consumer list holds; every other consumer is a group of its own."""
+    groups: list[list[Decided]] = []
+    open_groups: dict[tuple[str, str | None], list[Decided]] = {}
+    for d in decided:
+        key = (d.gate.decision, d.consumer.model_source(settings))
+        group = open_groups.get(key) if _can_share(d, settings) else None
+        if group is not None and len(group) <= MAX_SHARED and _travels([*group, d]):
+            group.append(d)
+            continue
+        groups.append([d])
+        if _can_share(d, settings):
+            open_groups[key] = groups[-1]
+    return groups
+
+
+def _can_share(d: Decided, settings: Settings) -> bool:
+    """A launch that starts the engine (a run with no GPU removes verdicts only) of a deployment that shares jobs."""
+    engine = settings.engine.engine_mode == "engine" and (
+        settings.top.backend != "kuberay" or bool(d.spec and d.spec.gpus)
+    )
+    return settings.launch.share_jobs and d.spec is not None and d.gate.decision in ("launch", "dry_run") and engine
+
+
+def _travels(group: list[Decided]) -> bool:
+    """Whether the group's consumers fit in the environment variable that hands them to the job."""
+    return len(job_consumers_json([d.consumer for d in group]).encode()) <= MAX_JOB_CONSUMER_BYTES
+
+
+def launch_group(trigger: Trigger, group: list[Decided], ctx: Context) -> dict[str, LaunchOutcome]:
+    """Submit the group's job (one consumer's, or a shared one named for the first) and record each decision."""
+    first, others = group[0], group[1:]
+    spec = manifest = submission = None
+    gate = first.gate
+    if first.spec is not None:
+        spec = replace(first.spec, riders=tuple(replace(d.spec, name=first.spec.name) for d in others if d.spec))
         manifest = build_rayjob_manifest(ctx.settings, spec)
-    if gate.decision == "launch" and spec is not None and manifest is not None:
-        gate, submission = submit(trigger, spec, manifest, gate, ctx)
-    return LaunchOutcome(record(trigger, consumer, seen, gate, spec, submission, ctx), manifest)
+        if gate.decision == "launch":
+            gate, submission = submit(trigger, spec, manifest, gate, ctx)
+    decision = record(trigger, first.consumer, first.seen, _shared(gate, others), spec, submission, ctx)
+    outcomes = {first.consumer.name: LaunchOutcome(decision, manifest)}
+    for d in others:
+        assert spec is not None and d.spec is not None
+        # the job's fate is each rider's: launched with it, or already launched (another launcher's 409)
+        same = gate.decision == d.gate.decision
+        joined = replace(gate, reason=f"{d.gate.reason}; in {first.consumer.name}'s job" if same else gate.reason)
+        rider = replace(d.spec, name=spec.name)
+        # the job that runs its run: the same manifest (submitted once)
+        outcomes[d.consumer.name] = LaunchOutcome(
+            record(trigger, d.consumer, d.seen, joined, rider, submission, ctx), manifest
+        )
+    return outcomes
+
+
+def _shared(gate: GateResult, others: list[Decided]) -> GateResult:
+    if not others:
+        return gate
+    return replace(
+        gate, reason=f"{gate.reason}; one job with {', '.join(d.consumer.name for d in others)} (one engine)"
+    )
 
 
 def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
@@ -201,6 +305,7 @@ def observe(trigger: Trigger, consumer: Consumer, ctx: Context) -> Observation:
         ),
         pending=pending,
         deferred=deferred,
+        runs=runs,
     )
 
 
@@ -283,7 +388,8 @@ def submit(
     if not result.created:
         return GateResult("already_launched", f"{spec.name} already exists ({result.detail})"), result.detail
     if ctx.publisher is not None:
-        announce(ctx.publisher, spec, ctx)
+        for each in (spec, *spec.riders):
+            announce(ctx.publisher, each, ctx)
     return gate, ctx.backend.start(spec) or result.detail
 
 

@@ -11,6 +11,9 @@
   1200), an ``activeDeadlineSeconds``, a ``preRunningDeadlineSeconds`` (a cluster that never comes up,
   for want of GPU capacity or an image, fails in 30 min, not at the 4 h deadline) and a ``backoffLimit``.
 - **Environment**: the job's settings (``Settings.job_environment``) and its consumer, task included.
+- **Shared**: consumers of one model due at the same launch share one job (``JobSpec.riders``,
+  ``icebatch_job.shared``): it is named and labelled for the first, its ``shared-with`` annotation names the others'
+  ranges (``icebatch.control.jobs.members``), and its entrypoint takes their runs with ``--with``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from icebatch.core.consumers import Consumer
+from icebatch.core.consumers import Consumer, job_consumers_json
 from icebatch.core.costs.instances import MIB, parse_memory
 from icebatch.core.settings import Settings
 
@@ -81,8 +84,13 @@ class JobSpec:
     gpus: int
     attempt: int
     trigger: str
+    riders: tuple[JobSpec, ...] = ()  # other consumers' runs the job takes through the same engine (their names: its)
 
     def entrypoint(self) -> list[str]:
+        shared = [
+            ["--with", f"{r.consumer.name}:{r.run_id}:{_snapshot(r.from_snapshot)}:{r.to_snapshot}"]
+            for r in self.riders
+        ]
         return [
             "python",
             "-m",
@@ -91,12 +99,27 @@ class JobSpec:
             "--run-id",
             self.run_id,
             "--from-snapshot",
-            "none" if self.from_snapshot is None else str(self.from_snapshot),
+            _snapshot(self.from_snapshot),
             "--to-snapshot",
             str(self.to_snapshot),
             "--rayjob-name",
             self.name,
+            *(["--consumer", self.consumer.name] if self.riders else []),
+            *(arg for pair in shared for arg in pair),
         ]
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return [self.consumer, *(r.consumer for r in self.riders)]
+
+
+def _snapshot(snapshot: int | None) -> str:
+    return "none" if snapshot is None else str(snapshot)
+
+
+def shared_with(spec: JobSpec) -> str:
+    """The ``shared-with`` annotation: each rider's ``consumer/tag/a<attempt>`` (``icebatch.control.jobs.members``)."""
+    return ",".join(f"{r.consumer.name}/{r.tag}/a{r.attempt}" for r in spec.riders)
 
 
 def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dict[str, str]]:
@@ -106,7 +129,7 @@ def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dic
     env = settings.job_environment(
         home=home,
         concurrency=max(spec.gpus, 1),
-        job_consumer=spec.consumer.to_json(),
+        job_consumer=job_consumers_json(spec.consumers),
         job_engine=None if spec.gpus else "off",
     )
     env.update(settings.pyiceberg_catalog_environment())  # the catalog as pyiceberg configures it (no credentials)
@@ -235,6 +258,7 @@ def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
         f"{LABEL}/to-snapshot": str(spec.to_snapshot),
         f"{LABEL}/backlog-rows": str(spec.backlog_rows),
         f"{LABEL}/trigger": spec.trigger,
+        **({f"{LABEL}/shared-with": shared_with(spec)} if spec.riders else {}),
     }
     start_deadline = settings.kubernetes.job_start_deadline_seconds
     return {

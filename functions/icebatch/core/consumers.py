@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from icebatch.core import untrusted
 from icebatch.core.config_files import field_problem, load_yaml, read_text
@@ -174,11 +174,24 @@ def results_table_for(source_table: str, consumer: str) -> str:
     return f"{namespace}.{name}_{consumer.replace('-', '_')}_results"
 
 
+# a job's consumer, or a shared job's (``icebatch_job.shared``), as the launcher hands them over
+_JOB_CONSUMERS: TypeAdapter[list[Consumer]] = TypeAdapter(Annotated[list[Consumer], Field(min_length=1, max_length=16)])
+
+
+def job_consumers_json(consumers: list[Consumer]) -> str:
+    """What a job gets in ``ICEBATCH_JOB_CONSUMER``: its consumer, or a shared job's list of them."""
+    if len(consumers) == 1:
+        return consumers[0].to_json()
+    return "[" + ",".join(c.to_json() for c in consumers) + "]"
+
+
 def load_consumers(settings: Settings) -> list[Consumer]:
-    """The deployment's consumers (or, inside a job, the one consumer the launcher handed it)."""
+    """The deployment's consumers (or, inside a job, the consumers the launcher handed it)."""
     if settings.top.job_consumer:
+        given = settings.top.job_consumer
         try:
-            consumers = [Consumer.model_validate_json(settings.top.job_consumer)]
+            shared = given.lstrip().startswith("[")  # a shared job's (``icebatch_job.shared``)
+            consumers = _JOB_CONSUMERS.validate_json(given) if shared else [Consumer.model_validate_json(given)]
         except ValidationError as e:
             raise ConfigError(f"ICEBATCH_JOB_CONSUMER is not a consumer: {_first(e)}") from e
     else:

@@ -28,6 +28,7 @@ Timestamp = Annotated[AwareDatetime, Strict(False)]
 RunId = Annotated[str, Field(pattern=RUN_ID, max_length=100, description="The run (file-name safe)")]
 ConsumerName = Annotated[str, Field(pattern=CONSUMER_NAME, max_length=20, description="The consumer")]
 TableName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+$", max_length=255)]
+MAX_SHARED = 15  # consumers one job takes besides a run's own (``icebatch_job.shared``)
 Name = Annotated[str, Field(max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")]  # no control characters
 
 
@@ -141,6 +142,12 @@ class BatchJobCompleted(_Detail):
         ge=0,
         le=86_400,
         description="The job's last idle window after this run, paid by it (part of cost.idle_tail_seconds)",
+    )
+    shared_with: list[ConsumerName] = Field(
+        default_factory=list,
+        max_length=MAX_SHARED,
+        description="The other consumers whose runs the same job took through the same engine (cost.share is the "
+        "part of the node this run paid, by tokens; cost.sharing_saved what the others paid for it)",
     )
     started_at: Timestamp
     finished_at: Timestamp
@@ -281,6 +288,7 @@ def completed_event(
         rows_redone=totals.rows_redone,
         warm=totals.warm,
         linger_seconds=totals.linger_seconds,
+        shared_with=list(totals.shared_with),
         started_at=started,
         finished_at=finished_at,
     )

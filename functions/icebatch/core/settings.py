@@ -178,6 +178,12 @@ class LaunchSettings(Section):
         "(`consumers/consumers.yaml` in the installed `icebatch` package, bundled with the functions).",
     )
     dry_run: bool = Field(default=False, description="Decide and build manifests, never submit (shadow mode).")
+    share_jobs: bool = Field(
+        default=True,
+        description="Consumers of one model that launch at the same time share one job: one node, one model load, "
+        "one engine; each run keeps its own range, results, watermark and report, and pays its share of the node by "
+        "tokens. `false`: a job per consumer.",
+    )
     max_attempts: int = Field(
         default=3, ge=1, le=100, description="Failed jobs from the same watermark before launches stop for an operator."
     )

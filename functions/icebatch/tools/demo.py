@@ -3,9 +3,10 @@
 1. the tiny model (built once, cached under ICEBATCH_HOME),
 2. a backlog: generated tickets appended over several commits to the local Iceberg table,
 3. the backlog and the estimate of each consumer (metadata only),
-4. the launcher handler invoked once with sam/events/schedule.json: the local backend runs each
-   consumer's job here (Ray Data + vLLM on CPU), each completion event goes through the local bus to the
-   reporter handler, which prints that consumer's cost report and files it under ICEBATCH_HOME/reports,
+4. the launcher handler invoked once with sam/events/schedule.json: the consumers share one model, so the local
+   backend runs one job for both here (Ray Data + vLLM on CPU, one engine: ``icebatch_job.shared``), each run's
+   completion event goes through the local bus to the reporter handler, which prints that consumer's cost report
+   (its share of the job by tokens) and files it under ICEBATCH_HOME/reports,
 5. the launcher again: nothing new, no job,
 6. a new version of a task: its consumer must label the whole table again (a backfill); the estimate
    says what that costs, and the launcher refuses it while it exceeds the consumer's budget,
@@ -197,8 +198,8 @@ def run_demo(settings: Settings, *, tickets: int = 300, batches: int = 5, out: C
     demo.estimates(demo.consumers)
     demo.step(
         4,
-        f"one launcher invocation with {SCHEDULE_EVENT.name}: the local backend runs each consumer's job "
-        "here (progress on stderr, logs under jobs/), each completion event reaches the reporter",
+        f"one launcher invocation with {SCHEDULE_EVENT.name}: consumers of one model share a job, run here with one "
+        "engine (progress on stderr, logs under jobs/); each run's completion event reaches the reporter",
     )
     first = demo.launch()
     demo.step(5, "the launcher again")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from icebatch.control.backends import JobBackend, Submission
 from icebatch.control.jobs import JobState
 from icebatch.control.rayjob import JobSpec, job_env, labels
+from icebatch.core.consumers import job_consumers_json
 from icebatch.core.errors import ClusterUnavailableError, ConfigError
 from icebatch.core.settings import Settings, ensure_folder
 from icebatch.core.untrusted import one_line
@@ -119,17 +120,32 @@ class LocalBackend(JobBackend):
 
     # --------------------------------------------------------------------------------------------
     def _run_inprocess(self, spec: JobSpec, path: Path, record: dict[str, Any]) -> Submission:
-        from icebatch_job.job import JobRequest, run_job
+        from icebatch_job.job import JobRequest
+        from icebatch_job.shared import run_request
 
         from icebatch.core.terminal import console
         from icebatch.tools.run_log import to_run_log
 
-        settings = self.settings.with_overrides(concurrency=spec.gpus, job_consumer=spec.consumer.to_json())
+        settings = self.settings.with_overrides(concurrency=spec.gpus, job_consumer=job_consumers_json(spec.consumers))
+        riders = tuple(
+            JobRequest(
+                run_id=r.run_id,
+                from_snapshot=r.from_snapshot,
+                to_snapshot=r.to_snapshot,
+                rayjob_name=spec.name,
+                consumer=r.consumer.name,
+                linger=False,
+            )
+            for r in spec.riders
+        )
         request = JobRequest(
             run_id=spec.run_id,
             from_snapshot=spec.from_snapshot,
             to_snapshot=spec.to_snapshot,
             rayjob_name=spec.name,
+            consumer=spec.consumer.name,
+            linger=not riders,
+            shared_with=riders,
         )
         log_path = path.with_suffix(".log")  # the job's console, kept as a pod log would be
         record["log"] = str(log_path)
@@ -139,15 +155,16 @@ class LocalBackend(JobBackend):
                 f.write(text + "\n")
 
         # the decision is printed when the launcher returns, after the job: say now what runs, and where it writes
+        shared = f" with {', '.join(r.consumer.name for r in spec.riders)} (one engine)" if spec.riders else ""
         console.phase(
-            f"{spec.consumer.name}: job {spec.name} runs here now ({spec.backlog_rows:,} rows, attempt "
+            f"{spec.consumer.name}: job {spec.name} runs here now{shared} ({spec.backlog_rows:,} rows, attempt "
             f"{spec.attempt}); its console: {log_path}"
         )
         interrupts = _interrupts(settings)
         _import_ray_untagged()
         try:
             with to_run_log(log_path):  # Ray's, vLLM's and the reporter's records: the console file, as a pod's log
-                result = run_job(settings, request, out=job_log, interrupts=interrupts)
+                result = run_request(settings, request, out=job_log, interrupts=interrupts)
         except BaseException as e:
             message = one_line(str(e), 500)
             record.update(status="FAILED", reason=type(e).__name__, message=message, end_time=_now())
@@ -159,13 +176,11 @@ class LocalBackend(JobBackend):
         finally:
             if interrupts is not None:
                 interrupts.uninstall()
-        record.update(
-            status="SUCCEEDED" if result.status != "conflict" else "STOPPED",
-            end_time=_now(),
-            outcome=result.status,
-        )
+        # a shared job whose run failed (the others' went on) failed, as its RayJob would: that run's attempts count
+        status = {"failed": "FAILED", "conflict": "STOPPED"}.get(result.job_status, "SUCCEEDED")
+        record.update(status=status, end_time=_now(), outcome=result.job_status)
         _write(path, record)
-        return Submission(spec.name, created=True, detail=f"ran in-process: {result.status}")
+        return Submission(spec.name, created=True, detail=f"ran in-process: {result.job_status}")
 
     def _ray_address(self) -> str:
         return self._address or self.settings.launch.ray_address or own_head(self.settings) or "(no Ray head)"

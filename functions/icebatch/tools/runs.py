@@ -131,15 +131,18 @@ def _from_record(r: RunRecord, consumer: Consumer, settings: Settings) -> RunRow
         cost_usd=run_cost(totals, settings).lifetime_cost,
         from_snapshot=r.from_snapshot_exclusive,
         to_snapshot=r.range_end if closed else r.to_snapshot_inclusive,
-        note=closed or r.corrupt or _lingering(totals),
+        note=closed or r.corrupt or _job_notes(totals),
     )
 
 
-def _lingering(totals: RunTotals) -> str:
-    """What a lingering job (``icebatch_job.linger``) made of the run: taken warm, or the run that paid its window."""
+def _job_notes(totals: RunTotals) -> str:
+    """What a lingering job (``icebatch_job.linger``) made of the run: taken warm, or the run that paid its window; and
+    the consumers a shared job (``icebatch_job.shared``) took through the same engine."""
     notes = ["taken warm by a lingering job (its time includes the wait before it)"] if totals.warm else []
     if totals.linger_seconds:
         notes.append(f"its job then kept the node up to {totals.linger_seconds:.0f} s (billed here)")
+    if totals.shared_with:
+        notes.append(f"one engine with {', '.join(totals.shared_with)}: paid {totals.share:.0%} of the node")
     return "; ".join(notes)
 
 

@@ -33,13 +33,22 @@ class _Permits:
     def __init__(self, rows: int) -> None:
         self.capacity = rows
         self.free = rows
+        self.closed = False  # its run failed: no more of its rows go to the engine
         self.changed = asyncio.Condition()
 
-    async def acquire(self, n: int) -> None:
+    async def acquire(self, n: int) -> bool:
         async with self.changed:
             # a piece bigger than the window waits for the whole window
-            await self.changed.wait_for(lambda: self.free >= min(n, self.capacity))
+            await self.changed.wait_for(lambda: self.closed or self.free >= min(n, self.capacity))
+            if self.closed:
+                return False
             self.free -= n
+            return True
+
+    async def close(self) -> None:
+        async with self.changed:
+            self.closed = True
+            self.changed.notify_all()
 
     async def release(self, n: int) -> None:
         async with self.changed:
@@ -57,8 +66,13 @@ class RowWindow:
         self.rows = rows
         self.actor: Any = _Permits.remote(rows)  # type: ignore[attr-defined]
 
-    def acquire(self, n: int) -> None:
-        ray.get(self.actor.acquire.remote(n))
+    def acquire(self, n: int) -> bool:
+        """Permits for ``n`` rows (waits for them); False once the window is closed: the rows are not to go on."""
+        return bool(ray.get(self.actor.acquire.remote(n)))
+
+    def close(self) -> None:
+        """No more rows: the run failed while others go on through the same engine (``icebatch_job.shared``)."""
+        self.actor.close.remote()
 
     def release(self, n: int) -> None:
         if n > 0:

@@ -26,6 +26,7 @@ from icebatch_job.columns import (
     EMPTY_INPUT,
     GENERATED_TEXT,
     INFERENCE_ERROR,
+    MEMBER,
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
     SMALL_CPU,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     import ray.data
 
     from icebatch_job.commit.window import RowWindow
+    from icebatch_job.stages.inputs import RunSource
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 CHARS_PER_TOKEN_FLOOR = 2  # conservative when no tokenizer is at hand (CJK text is ~1-2 chars/token)
@@ -87,12 +89,16 @@ def truncate_by_chars(task: TaskSpec, row: dict[str, Any], max_model_len: int) -
 class EndpointStage:
     """Ray Data UDF: rows -> engine-shaped outputs from an OpenAI-compatible endpoint.
 
-    With a ``window``, it first takes a permit per row (``icebatch_job.commit.window``).
+    With a ``window``, it first takes a permit per row (``icebatch_job.commit.window``). In a shared job each run has
+    a stage of its own, whose rows carry its ``member`` number back to the driver (``icebatch_job.shared``).
     """
 
-    def __init__(self, task: TaskSpec, settings: Settings, window: RowWindow | None = None) -> None:
+    def __init__(
+        self, task: TaskSpec, settings: Settings, window: RowWindow | None = None, member: int | None = None
+    ) -> None:
         self.task = task
         self.window = window
+        self.member = member
         self.url = (settings.engine.endpoint_url or "").rstrip("/") + "/chat/completions"
         self.model = settings.engine.endpoint_model or "default"
         self.structured = settings.engine.structured_output
@@ -103,14 +109,14 @@ class EndpointStage:
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         n = len(batch[self.task.id_column])
-        if self.window is not None:
-            self.window.acquire(n)
+        if self.window is not None and not self.window.acquire(n):
+            n = 0  # the window was closed: its run failed (a shared job's others go on), and its rows go no further
         rows = [{c: _py(batch[c][i]) for c in (self.task.id_column, *self.task.input_columns)} for i in range(n)]
         results = asyncio.run(self._all(rows))
         out: dict[str, list[Any]] = {
-            SOURCE_FILE: list(batch[SOURCE_FILE]),
-            SOURCE_POS: list(batch[SOURCE_POS]),
-            SOURCE_HASH: list(batch[SOURCE_HASH]),
+            SOURCE_FILE: list(batch[SOURCE_FILE][:n]),
+            SOURCE_POS: list(batch[SOURCE_POS][:n]),
+            SOURCE_HASH: list(batch[SOURCE_HASH][:n]),
             SOURCE_ID: [str(r[self.task.id_column]) for r in rows],
             TRUNCATED: [],
             EMPTY_INPUT: [self.task.is_empty_input(r) for r in rows],
@@ -123,6 +129,8 @@ class EndpointStage:
         for res in results:
             for k, v in res.items():
                 out[k].append(v)
+        if self.member is not None:
+            out[MEMBER] = [self.member] * n
         return out
 
     async def _all(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -217,16 +225,23 @@ def endpoint_batch_size(settings: Settings) -> int:
     return max(settings.engine.batch_size, settings.engine.endpoint_concurrency * 4)
 
 
-def build_endpoint_pipeline(
-    source: ray.data.Dataset, task: TaskSpec, settings: Settings, *, window: RowWindow | None
-) -> ray.data.Dataset:
-    """source rows -> engine-shaped outputs from the endpoint (one stage; the driver parses them)."""
+def build_endpoint_pipeline(sources: list[RunSource], settings: Settings) -> ray.data.Dataset:
+    """source rows -> engine-shaped outputs from the endpoint (one stage per run; the driver parses them)."""
     import ray.data
 
-    return source.map_batches(
-        EndpointStage,
-        fn_constructor_kwargs={"task": task, "settings": settings, "window": window},
-        batch_size=endpoint_batch_size(settings),
-        compute=ray.data.ActorPoolStrategy(size=1),
-        num_cpus=SMALL_CPU,
-    )
+    answered = [
+        source.dataset.map_batches(
+            EndpointStage,
+            fn_constructor_kwargs={
+                "task": source.task,
+                "settings": settings,
+                "window": source.window,
+                "member": source.member,
+            },
+            batch_size=endpoint_batch_size(settings),
+            compute=ray.data.ActorPoolStrategy(size=1),
+            num_cpus=SMALL_CPU,
+        )
+        for source in sources
+    ]
+    return answered[0].union(*answered[1:]) if len(answered) > 1 else answered[0]

@@ -23,6 +23,7 @@ from icebatch.core.task import TaskSpec
 
 from icebatch_job.columns import PARSED_FIELDS, SMALL_CPU
 from icebatch_job.process.amx import EXTENSION as AMX_EXTENSION
+from icebatch_job.stages.inputs import RunSource
 from icebatch_job.stages.parse import ResultParser
 from icebatch_job.stages.prompts import PromptStage
 
@@ -171,11 +172,9 @@ def parsed_fields(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_engine_pipeline(
-    source: ray.data.Dataset,
-    task: TaskSpec,
+    sources: list[RunSource],
     cfg: EngineConfig,
     *,
-    window: RowWindow | None,
     model_path: str,
     max_model_len: int,
     structured_output: bool,
@@ -184,7 +183,8 @@ def build_engine_pipeline(
 
     Our prompt stage (permits, prompts, token ids) feeds the processor that ``build_processor`` makes of
     the config (its chat-template and tokenize stages off: the prompt stage did their work), whose postprocess
-    keeps the fields the parse reads.
+    keeps the fields the parse reads. Several sources (a shared job's runs) each have a prompt stage of their own
+    (their tables' columns differ; their prompts do not): ``Dataset.union`` joins them before the one processor.
     """
     import ray.data
     from ray.data.llm import build_processor
@@ -199,26 +199,30 @@ def build_engine_pipeline(
         preprocess_map_kwargs=light,
         postprocess_map_kwargs=light,
     )
-    prompts = source.map_batches(
-        PromptStage,
-        fn_constructor_kwargs={
-            "task": task,
-            "model_path": model_path,
-            "max_model_len": max_model_len,
-            "structured_output": structured_output,
-            "window": window,
-            "engine": True,
-        },
-        batch_size=None,  # one block (``blocks_of``: at most one engine batch) per call, one permit request
-        compute=ray.data.ActorPoolStrategy(size=1),
-        num_cpus=SMALL_CPU,
-        memory=PROMPT_STAGE_MEMORY,
-        # not restarted: Ray Data keeps its constructor arguments in the object store, so a restart may fail
-        # anyway, and Ray says so at ERROR level on every run (ray-project/ray#53727); a prompt stage that dies
-        # fails the attempt, whose next one resumes after the committed chunks
-        max_restarts=0,
-    )
-    return processor(prompts)
+    prompts = [
+        source.dataset.map_batches(
+            PromptStage,
+            fn_constructor_kwargs={
+                "task": source.task,
+                "model_path": model_path,
+                "max_model_len": max_model_len,
+                "structured_output": structured_output,
+                "window": source.window,
+                "engine": True,
+                "member": source.member,
+            },
+            batch_size=None,  # one block (``blocks_of``: at most one engine batch) per call, one permit request
+            compute=ray.data.ActorPoolStrategy(size=1),
+            num_cpus=SMALL_CPU,
+            memory=PROMPT_STAGE_MEMORY,
+            # not restarted: Ray Data keeps its constructor arguments in the object store, so a restart may fail
+            # anyway, and Ray says so at ERROR level on every run (ray-project/ray#53727); a prompt stage that dies
+            # fails the attempt, whose next one resumes after the committed chunks
+            max_restarts=0,
+        )
+        for source in sources
+    ]
+    return processor(prompts[0].union(*prompts[1:]) if len(prompts) > 1 else prompts[0])
 
 
 @dataclass(frozen=True)
@@ -261,8 +265,41 @@ def build_pipeline(
         from icebatch_job.stages.endpoint import build_endpoint_pipeline
 
         name = settings.engine.endpoint_model or "endpoint"
-        dataset = build_endpoint_pipeline(source, task, settings, window=window)
+        dataset = build_endpoint_pipeline([RunSource(source, task, window)], settings)
         return BuiltPipeline(dataset, ResultParser(task, run_id, name), name)
+    cfg = engine_for(settings, model, device)
+    dataset = build_engine_pipeline(
+        [RunSource(source, task, window)],
+        cfg,
+        model_path=model,
+        max_model_len=settings.engine.max_model_len,
+        structured_output=settings.engine.structured_output,
+    )
+    return BuiltPipeline(dataset, ResultParser(task, run_id, cfg.model_name), cfg.model_name)
+
+
+def build_shared_pipeline(
+    sources: list[RunSource], settings: Settings, *, model: str, device: str
+) -> tuple[ray.data.Dataset, str]:
+    """Several runs' rows -> engine outputs through one engine, or one endpoint (``icebatch_job.shared``); each output
+    row names its run (``columns.MEMBER``). Returns the dataset and the model's name."""
+    if settings.engine.engine_mode == "endpoint":
+        from icebatch_job.stages.endpoint import build_endpoint_pipeline
+
+        return build_endpoint_pipeline(sources, settings), settings.engine.endpoint_model or "endpoint"
+    cfg = engine_for(settings, model, device)
+    dataset = build_engine_pipeline(
+        sources,
+        cfg,
+        model_path=model,
+        max_model_len=settings.engine.max_model_len,
+        structured_output=settings.engine.structured_output,
+    )
+    return dataset, cfg.model_name
+
+
+def engine_for(settings: Settings, model: str, device: str) -> EngineConfig:
+    """The engine's configuration on this node (the CPU's bfloat16 support read here)."""
     from icebatch_job.process.runtime import engine_has_native_bf16
 
     cfg = engine_config(settings, model, device, native_bf16=engine_has_native_bf16(device))
@@ -273,13 +310,4 @@ def build_pipeline(
             cfg.engine_kwargs["dtype"],
             settings.engine.dtype,
         )
-    dataset = build_engine_pipeline(
-        source,
-        task,
-        cfg,
-        window=window,
-        model_path=model,
-        max_model_len=settings.engine.max_model_len,
-        structured_output=settings.engine.structured_output,
-    )
-    return BuiltPipeline(dataset, ResultParser(task, run_id, cfg.model_name), cfg.model_name)
+    return cfg

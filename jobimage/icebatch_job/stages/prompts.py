@@ -21,6 +21,7 @@ from icebatch.core.task import MIN_PROMPT_TOKENS, TaskSpec
 
 from icebatch_job.columns import (
     EMPTY_INPUT,
+    MEMBER,
     SAMPLING_PARAMS,
     SOURCE_FILE,
     SOURCE_HASH,
@@ -126,7 +127,8 @@ class PromptStage:
 
     With a ``window``, it first takes a permit per row (``icebatch_job.commit.window``). For the in-job
     ``engine`` (Ray Data LLM's vLLM stage), a row asks for its answer once, when it is finished (vLLM's
-    ``FINAL_ONLY``), not at every step.
+    ``FINAL_ONLY``), not at every step. In a shared job (``icebatch_job.shared``) each run has a prompt stage of its
+    own, whose rows carry its ``member`` number through the engine back to the driver.
     """
 
     def __init__(
@@ -137,6 +139,7 @@ class PromptStage:
         structured_output: bool,
         window: RowWindow | None = None,
         engine: bool = False,
+        member: int | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -147,13 +150,14 @@ class PromptStage:
         if structured_output:
             self.sampling["structured_outputs"] = {"json": task.output_schema_json}
         self.window = window
+        self.member = member
         if engine:
             self.sampling["output_kind"] = FinalOnly()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         n = len(batch[self.builder.task.id_column])
-        if self.window is not None:
-            self.window.acquire(n)
+        if self.window is not None and not self.window.acquire(n):
+            n = 0  # the window was closed: its run failed (a shared job's others go on), and its rows go no further
         prompts, truncated, empty = [], [], []
         for i in range(n):
             row = {c: _py(batch[c][i]) for c in self.builder.task.input_columns}
@@ -161,16 +165,19 @@ class PromptStage:
             prompts.append(p.token_ids)
             truncated.append(p.truncated)
             empty.append(self.builder.task.is_empty_input(row))
-        return {
-            SOURCE_FILE: [str(x) for x in batch[SOURCE_FILE]],
-            SOURCE_POS: [int(x) for x in batch[SOURCE_POS]],
-            SOURCE_HASH: [int(x) for x in batch[SOURCE_HASH]],
-            SOURCE_ID: [str(x) for x in batch[self.builder.task.id_column]],
+        columns = {
+            SOURCE_FILE: [str(x) for x in batch[SOURCE_FILE][:n]],
+            SOURCE_POS: [int(x) for x in batch[SOURCE_POS][:n]],
+            SOURCE_HASH: [int(x) for x in batch[SOURCE_HASH][:n]],
+            SOURCE_ID: [str(x) for x in batch[self.builder.task.id_column][:n]],
             TRUNCATED: truncated,
             EMPTY_INPUT: empty,
             TOKENIZED_PROMPT: prompts,
             SAMPLING_PARAMS: [dict(self.sampling) for _ in range(n)],  # one each: the engine pops from them
         }
+        if self.member is not None:
+            columns[MEMBER] = [self.member] * n
+        return columns
 
 
 def _py(value: Any) -> Any:

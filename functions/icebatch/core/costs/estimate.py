@@ -186,6 +186,9 @@ def run_cost(totals: RunTotals, settings: Settings) -> CostBreakdown:
             consolidate_seconds=settings.cluster.karpenter_consolidate_seconds if tail else 0,
             warm=totals.warm,
             linger_seconds=totals.linger_seconds,
+            share=totals.share,
+            # what a shared job splits: its time before the engine streamed, and the engine's start-up
+            startup_seconds=max(0.0, totals.job_seconds - totals.engine_seconds) + (totals.engine_startup_seconds or 0),
         )
     )
 

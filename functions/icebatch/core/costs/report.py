@@ -122,6 +122,17 @@ def tokenomics(e: BatchJobCompleted, prices: tuple[BatchPrice, ...] = ()) -> str
                 + ("; taken warm by a lingering job, the wait before it included" if e.warm else "")
                 + ")",
             ),
+            *(
+                [
+                    _line(
+                        "shared job",
+                        f"one engine with {', '.join(e.shared_with)}: this run paid {c.share:.0%} of the node by "
+                        f"tokens; sharing saved {_money(c.sharing_saved)} of start-up and idle tail",
+                    )
+                ]
+                if e.shared_with
+                else []
+            ),
             _line(
                 "hourly rate",
                 f"{_money(c.hourly_rate)} per GPU-hour" + (f" ({c.rate_source})" if c.rate_source else ""),

@@ -7,7 +7,9 @@ icebatch reports both figures; per-row and per-token prices use the lifetime fig
 several attempts (a spot interruption, a crash) pays for every attempt's lifetime and idle tail. A job that
 lingers (``icebatch_job.linger``): a run it takes warm pays its time from the commit before it and no cluster tail
 (the job's first run pays that); the job's last idle window is paid, as idle tail, by the run that first kept the
-node.
+node. A shared job (``icebatch_job.shared``: several consumers' runs through one engine) splits its node's lifetime
+and tail among its runs by tokens: each pays its ``share``, and what it saved is the rest of the start-up and tail it
+would have paid alone.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class CostInputs(BaseModel):
         default=False, description="Its first attempt was taken by a lingering job, whose own tail another run paid"
     )
     linger_seconds: float = Field(default=0, ge=0, description="The job's last idle window, which no run follows")
+    share: float = Field(
+        default=1.0, gt=0, le=1, description="The part of its job's node the run pays (a shared job's runs: by tokens)"
+    )
+    startup_seconds: float = Field(default=0, ge=0, description="The job's start-up (what sharing splits)")
     instance_type: str | None = Field(default=None, description="Instance type the rate assumes")
     rate_source: str | None = Field(default=None, description="Where the rate comes from")
 
@@ -63,6 +69,10 @@ class CostBreakdown(BaseModel):
         max_length=200,
         description="Where the hourly rate comes from: an instance type's on-demand price, or a configured rate",
     )
+    share: float = Field(default=1.0, gt=0, le=1, description="The part of a shared job's node this run paid")
+    sharing_saved: float = Field(
+        default=0.0, ge=0, description="The start-up and idle tail a shared job's other runs paid for this one"
+    )
 
 
 def cost_breakdown(c: CostInputs) -> CostBreakdown:
@@ -76,8 +86,9 @@ def cost_breakdown(c: CostInputs) -> CostBreakdown:
     """
     tail = (c.ttl_seconds + c.consolidate_seconds) * (c.attempts - 1 if c.warm else c.attempts) + c.linger_seconds
     engine_gpu_seconds = c.engine_seconds * c.gpus
-    lifetime = (c.job_seconds + tail) * c.gpus
+    lifetime = (c.job_seconds + tail) * c.gpus * c.share
     rate_per_second = c.hourly_rate / 3600
+    saved = (1 - c.share) * (min(c.startup_seconds, c.job_seconds) + tail) * c.gpus * rate_per_second
     lifetime_cost = lifetime * rate_per_second
     total_tokens = c.input_tokens + c.output_tokens
     return CostBreakdown(
@@ -85,7 +96,7 @@ def cost_breakdown(c: CostInputs) -> CostBreakdown:
         gpus=c.gpus,
         engine_gpu_seconds=engine_gpu_seconds,
         gpu_lifetime_seconds=lifetime,
-        idle_tail_seconds=tail * c.gpus,
+        idle_tail_seconds=tail * c.gpus * c.share,
         engine_cost=engine_gpu_seconds * rate_per_second,
         lifetime_cost=lifetime_cost,
         usd_per_1k_rows=lifetime_cost / c.rows * 1000 if c.rows else None,
@@ -94,4 +105,6 @@ def cost_breakdown(c: CostInputs) -> CostBreakdown:
         output_tokens_per_second=c.output_tokens / c.engine_seconds if c.engine_seconds else None,
         instance_type=c.instance_type,
         rate_source=c.rate_source,
+        share=c.share,
+        sharing_saved=saved,
     )

@@ -90,6 +90,9 @@ class Key:
     # the run that first kept the node pays the job's last idle window (billed as idle tail)
     WARM_START = PREFIX + "warm-start"
     LINGER_SECONDS = PREFIX + "linger-seconds"
+    # a shared job (``icebatch_job.shared``): the part of its node this run paid (by tokens) and the other consumers
+    SHARE = PREFIX + "share"
+    SHARED_WITH = PREFIX + "shared-with"
 
 
 # Table properties of the ledger: pyiceberg's own commit retry would re-apply an append on top of a
@@ -138,6 +141,8 @@ class RunTotals:
     rows_redone: int = 0
     warm: bool = False  # taken by a job that lingered after another run: its node, Ray and weights were up
     linger_seconds: float = 0.0  # the job's last idle window, paid by the run that first kept the node
+    share: float = 1.0  # the part of its job's node the run pays: a shared job's runs split it by tokens
+    shared_with: tuple[str, ...] = ()  # the other consumers whose runs the job took through the same engine
 
     def summary(self) -> dict[str, str]:
         props = {
@@ -162,6 +167,9 @@ class RunTotals:
             props[Key.WARM_START] = "1"
         if self.linger_seconds:
             props[Key.LINGER_SECONDS] = f"{self.linger_seconds:.3f}"
+        if self.shared_with:
+            props[Key.SHARE] = f"{self.share:.6f}"
+            props[Key.SHARED_WITH] = ",".join(self.shared_with)
         if self.engine_startup_seconds is not None:
             props[Key.ENGINE_STARTUP_SECONDS] = f"{self.engine_startup_seconds:.3f}"
         if self.billing is not None:
@@ -194,6 +202,12 @@ class RunRecord:
     def warm(self) -> bool:
         """Taken by a lingering job: its start-up is not a cold start's (``pace`` leaves it out)."""
         return self.properties.get(Key.WARM_START) == "1"
+
+    @property
+    def share(self) -> float:
+        """The part of its job's node the run paid (1 unless a shared job's; unreadable: 1, the whole node)."""
+        share = self.number(Key.SHARE, 1.0)
+        return share if 0 < share <= 1 else 1.0
 
     @property
     def closed_reason(self) -> str | None:
@@ -246,6 +260,8 @@ class RunRecord:
             rows_redone=int(self.number(Key.ROWS_REDONE)),
             warm=self.warm,
             linger_seconds=self.number(Key.LINGER_SECONDS),
+            share=self.share,
+            shared_with=tuple(n for n in self.text(Key.SHARED_WITH).split(",") if n),
         )
 
 

@@ -51,14 +51,19 @@ def print_decisions(response: dict[str, Any], *, as_json: bool, show_manifests: 
     if response.get("status") in {"rejected", "error"}:
         print(f"icebatch: error: {response.get('reason')}", file=sys.stderr)
         return status
+    shown_jobs: set[str] = set()  # a shared job's manifest is each of its consumers': printed once
     for decision, manifest in zip(response["decisions"], response["manifests"], strict=True):
         for key in DECISION_KEYS:
             value = decision.get(key)
             shown = watermark_text(value) if key == "watermark_snapshot_id" else "-" if value is None else value
             print(f"{key:<30}: {shown}")
-        if show_manifests and manifest:
+        name = str(manifest["metadata"]["name"]) if manifest else ""
+        if show_manifests and manifest and name in shown_jobs:
+            print(f"--- RayJob manifest: {name}, printed above (one job for several consumers) ---")
+        elif show_manifests and manifest:
             print("--- RayJob manifest (kubectl apply -f - would create it) ---")
             print(yaml.safe_dump(manifest, sort_keys=False), end="")
+            shown_jobs.add(name)
         print()
     for d in response["decisions"]:  # a consumer that cannot run: its reason says what to fix
         if d.get("decision") in REFUSALS:
