@@ -191,6 +191,7 @@ class JobRun:
     linger: Linger | None = None  # decided when the range is drained, before its last commit
     job_started: float = field(default_factory=time.monotonic)  # the job's, not the run's (a lingering job's runs)
     sharing: Sharing | None = None  # a shared job's runs (``icebatch_job.shared``): how they split the node
+    before_job_seconds: float = 0.0  # the launch to this process (``before_the_job``); a run taken warm: none
 
     @property
     def elapsed(self) -> float:
@@ -210,6 +211,7 @@ class JobRun:
             attempt_seconds=self.elapsed,
             engine_seconds=self.timing.engine_seconds,
             started_at=self.started.isoformat(),
+            before_job_seconds=self.before_job_seconds,
             first_result_seconds=self.timing.first_result_seconds,
             engine_startup_seconds=self.timing.startup_seconds,
             model=self.model,
@@ -251,11 +253,28 @@ def run_job(
         out,
         open_ledger(settings, consumer),
         interrupts,
+        before_job_seconds=before_the_job(settings),
     )
     result = run_range(run)
     if run.linger is not None and run.linger.keeps:
         result.lingered = linger(run)
     return result
+
+
+def before_the_job(settings: Settings) -> float:
+    """Seconds from the launcher's submission (``ICEBATCH_JOB_LAUNCHED_AT``) to now, the job's start: the GPU node,
+    the image pull and the Ray cluster's start, which the node is billed for too. 0 for a job run by hand, and for one
+    that starts later than a cluster may take to come up (``ICEBATCH_JOB_START_DEADLINE_SECONDS``): a KubeRay retry
+    of the same RayJob, whose first attempt's time its own report holds."""
+    launched = settings.top.job_launched_at
+    if launched is None:
+        return 0.0
+    seconds = time.time() - launched
+    limit = settings.kubernetes.job_start_deadline_seconds or settings.kubernetes.job_deadline_seconds
+    if not 0 <= seconds <= limit:
+        log.info("not billing %.0f s before the job: more than a cluster takes to start (a retry)", seconds)
+        return 0.0
+    return seconds
 
 
 def run_range(run: JobRun) -> JobResult:

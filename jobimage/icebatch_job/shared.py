@@ -39,6 +39,7 @@ from icebatch_job.job import (
     JobRequest,
     JobResult,
     JobRun,
+    before_the_job,
     commit_run,
     completed,
     conflicted,
@@ -100,10 +101,11 @@ def run_shared(
     names = [r.consumer for r in requests]
     if None in names or len(set(names)) != len(names):
         raise ConfigError("a shared job names each of its consumers once: --consumer NAME --with OTHER ...")
-    runs = []
+    runs, before = [], before_the_job(settings)
     for r in requests:
         consumer = consumer_named(consumers, r.consumer)
-        runs.append(JobRun(settings, consumer, r, publisher, out, open_ledger(settings, consumer), interrupts))
+        ledger = open_ledger(settings, consumer)
+        runs.append(JobRun(settings, consumer, r, publisher, out, ledger, interrupts, before_job_seconds=before))
     models = {c.model_source(settings) for c in (run.consumer for run in runs)}
     if len(models) > 1 and settings.engine.engine_mode == "engine":
         raise ConfigError(

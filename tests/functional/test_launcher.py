@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -804,3 +805,42 @@ def test_consumers_whose_runs_pay_only_together_launch_together(
     launched = invoke("launcher", event("glue-table-change.json"), s)["decisions"]
     assert [d["decision"] for d in launched] == ["launch", "launch"], launched
     assert launched[0]["job_name"] == launched[1]["job_name"] and len(k8s.names()) == 1
+
+
+@pytest.mark.parametrize(("before", "billed"), [(95, True), (4000, False)])
+def test_the_time_before_the_jobs_process_is_measured_from_the_launch_and_billed(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, before: int, billed: bool
+) -> None:
+    from icebatch.core.ledger import Key
+    from icebatch_job.job import JobRequest, run_job
+    from pyiceberg.expressions import In
+
+    # given a consumer that labelled 60 rows, two of them deleted since, and the launch that follows
+    s, ledger, ids = _labelled_on_kuberay(settings, k8s, aws_endpoint)
+    ledger.source().delete(In("ticket_id", ids[:2]))
+    d = decide(s, event("glue-table-change.json"))
+    pod_env = {
+        e["name"]: e["value"]
+        for e in d["manifest"]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    launched = float(pod_env["ICEBATCH_JOB_LAUNCHED_AT"])
+    assert abs(launched - datetime.fromisoformat(d["decided_at"]).timestamp()) < 1
+    # when its job's process starts `before` seconds after the launch (the GPU node, the image, the Ray cluster;
+    # 4000 s: more than a cluster may take to start, a KubeRay retry of the same RayJob)
+    pod = s.with_overrides(
+        job_engine="off", job_consumer=load_consumers(s)[0].to_json(), job_launched_at=launched - before
+    )
+    request = JobRequest(run_id=d["run_id"], to_snapshot=d["current_snapshot_id"], rayjob_name=d["job_name"])
+    result = run_job(pod, request, out=lambda _: None)
+    assert result.status == "completed" and result.completed is not None
+    # then the run records that time (or none for a retry), its event carries it, its report says it, and the
+    # node's lifetime bills it
+    recorded = next(r for r in ledger.runs() if r.run_id == d["run_id"])
+    seconds = result.completed.before_job_seconds
+    if billed:
+        assert before <= seconds < before + 30 and recorded.number(Key.BEFORE_JOB_SECONDS) == round(seconds, 3)
+        assert result.completed.cost.gpu_lifetime_seconds >= seconds + result.completed.job_seconds
+        report = (s.home / "reports" / f"{d['run_id']}.completed.txt").read_text()
+        assert "before the job" in report and "(GPU node, image pull, Ray cluster)" in report
+    else:
+        assert seconds == 0 and Key.BEFORE_JOB_SECONDS not in recorded.properties

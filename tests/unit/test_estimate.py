@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from icebatch.core.costs.estimate import estimate_run, pace, spent_on
+from icebatch.core.costs.estimate import estimate_run, pace, run_cost, spent_on
 from icebatch.core.events import BatchJobFailed
 from icebatch.core.ledger import Key, RunRecord
 from icebatch.core.settings import Settings
@@ -64,6 +64,20 @@ def test_the_pace_is_measured_from_the_consumers_last_runs() -> None:
     # and the estimate of 600 rows is what such a run costs: 18 s of streaming and the 40 s fixed part
     e = estimate_run(600, CONSUMER, runs, Settings(gpu_hourly_rate=3.6))
     assert e.gpu_hours == pytest.approx((18 + 40) / 3600) and "pace: 2 run(s)" in e.basis
+
+
+def test_the_start_up_learned_from_runs_includes_what_came_before_their_jobs_process() -> None:
+    # given two runs whose jobs measured 95 s from the launch to their process (the GPU node, the image, Ray)
+    runs = [run(), run()]
+    for r in runs:
+        r.properties[Key.BEFORE_JOB_SECONDS] = "95.000"  # type: ignore[index]
+    # then a launch's fixed part is that and the 40 s the job spent before and after streaming: 135 s
+    assert pace(CONSUMER, runs, Settings()).fixed_seconds == pytest.approx(135)
+    # and the run's cost bills the node for it (with its job and its idle tail)
+    totals = runs[0].totals(Settings().billing())
+    assert totals.before_job_seconds == 95
+    kuberay = Settings(backend="kuberay", job_ttl_seconds=60, karpenter_consolidate_seconds=30)
+    assert run_cost(totals, kuberay).gpu_lifetime_seconds == pytest.approx(95 + 70 + 90)
 
 
 def test_the_idle_tail_is_estimated_only_on_the_backend_that_pays_it() -> None:

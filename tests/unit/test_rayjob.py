@@ -292,3 +292,10 @@ def test_a_shared_job_takes_each_consumers_pinned_run_and_is_each_consumers_job(
 def test_a_shared_with_annotation_that_is_not_the_launchers_names_no_other_consumer(annotation: str) -> None:
     state = job_state({"metadata": {"name": "ib-x", "annotations": {"icebatch.io/shared-with": annotation}}})
     assert members(state) == [state]
+
+
+def test_the_pod_knows_when_it_was_launched_and_reads_it_back() -> None:
+    env = {e["name"]: e["value"] for e in job_env(S, spec(launched_at=1796630400.25))}
+    assert env["ICEBATCH_JOB_LAUNCHED_AT"] == "1796630400.25"
+    assert Settings.from_env(env).top.job_launched_at == 1796630400.25
+    assert "ICEBATCH_JOB_LAUNCHED_AT" not in {e["name"] for e in job_env(S, spec())}  # a spec built by hand: not set

@@ -377,6 +377,7 @@ def job_spec(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Conte
         gpus=gpus,
         attempt=seen.attempt,
         trigger=f"{trigger.kind}/{trigger.origin}",
+        launched_at=ctx.now.timestamp(),
     )
 
 

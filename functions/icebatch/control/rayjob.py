@@ -85,6 +85,7 @@ class JobSpec:
     attempt: int
     trigger: str
     riders: tuple[JobSpec, ...] = ()  # other consumers' runs the job takes through the same engine (their names: its)
+    launched_at: float | None = None  # when the launcher submitted it (Unix seconds): the job times what came before
 
     def entrypoint(self) -> list[str]:
         shared = [
@@ -131,6 +132,7 @@ def job_env(settings: Settings, spec: JobSpec, home: str = POD_HOME) -> list[dic
         concurrency=max(spec.gpus, 1),
         job_consumer=job_consumers_json(spec.consumers),
         job_engine=None if spec.gpus else "off",
+        job_launched_at=spec.launched_at,
     )
     env.update(settings.pyiceberg_catalog_environment())  # the catalog as pyiceberg configures it (no credentials)
     return [{"name": k, "value": v} for k, v in env.items()]

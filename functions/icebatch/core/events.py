@@ -143,6 +143,13 @@ class BatchJobCompleted(_Detail):
         le=86_400,
         description="The job's last idle window after this run, paid by it (part of cost.idle_tail_seconds)",
     )
+    before_job_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=86_400,
+        description="From the launch to the job's process: the GPU node, the image pull, the Ray cluster's start "
+        "(every attempt's; billed in cost.gpu_lifetime_seconds; 0: not measured, e.g. a job run by hand)",
+    )
     shared_with: list[ConsumerName] = Field(
         default_factory=list,
         max_length=MAX_SHARED,
@@ -289,6 +296,7 @@ def completed_event(
         warm=totals.warm,
         linger_seconds=totals.linger_seconds,
         shared_with=list(totals.shared_with),
+        before_job_seconds=min(totals.before_job_seconds, 86_400),
         started_at=started,
         finished_at=finished_at,
     )

@@ -553,6 +553,13 @@ class TopSettings(Section):
         default=None,
         description="Set by the launcher for a job: the consumer it runs for, with its task (JSON). Not set by hand.",
     )
+    job_launched_at: float | None = Field(
+        default=None,
+        ge=0,
+        description="Set by the launcher for a job: when it submitted the RayJob (Unix seconds). The time from it to "
+        "the job's process (the GPU node, the image pull, the Ray cluster's start) is measured and billed with the "
+        "run. Not set by hand.",
+    )
     job_engine: Literal["on", "off"] = Field(
         default="on",
         description="Set by the launcher for a job: `off` when it gave the run no GPU (rows deleted or rewritten, "

@@ -126,7 +126,9 @@ class LocalBackend(JobBackend):
         from icebatch.core.terminal import console
         from icebatch.tools.run_log import to_run_log
 
-        settings = self.settings.with_overrides(concurrency=spec.gpus, job_consumer=job_consumers_json(spec.consumers))
+        settings = self.settings.with_overrides(
+            concurrency=spec.gpus, job_consumer=job_consumers_json(spec.consumers)
+        )  # no ICEBATCH_JOB_LAUNCHED_AT: the job starts in this process now, nothing comes before it
         riders = tuple(
             JobRequest(
                 run_id=r.run_id,

@@ -94,6 +94,7 @@ def run_totals(
     attempt_seconds: float,
     engine_seconds: float = 0.0,
     started_at: str = "",
+    before_job_seconds: float = 0.0,
     **measured: Any,
 ) -> RunTotals:
     """The run's totals for a commit: the rows committed (``stats``, earlier attempts' included) and the time
@@ -106,6 +107,7 @@ def run_totals(
         started_at=(head.text(Key.STARTED_AT) if head else "") or started_at,
         attempts=(prior.attempts if prior else 0) + 1,
         rows_redone=(int(head.number(Key.ROWS_REDONE)) if head else 0) + redone,
+        before_job_seconds=(head.number(Key.BEFORE_JOB_SECONDS) if head else 0.0) + before_job_seconds,
         **measured,
     )
 

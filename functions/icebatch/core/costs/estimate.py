@@ -122,7 +122,12 @@ def pace(consumer: Consumer, runs: Sequence[RunRecord], settings: Settings) -> P
     streaming = [r.number(Key.ENGINE_SECONDS) - r.number(Key.ENGINE_STARTUP_SECONDS) for r in done]
     gpu_hours = sum(s * max(1, int(r.number(Key.GPUS, 1))) for s, r in zip(streaming, done, strict=True)) / 3600
     # a cold start is what a launch pays: runs a lingering job took warm measure the pace, not the start-up
-    fixed = [max(0.0, r.number(Key.JOB_SECONDS) - s) for s, r in zip(streaming, done, strict=True) if not r.warm]
+    # and what came before the job's process (the GPU node, the image, the Ray cluster), where the job measured it
+    fixed = [
+        max(0.0, r.number(Key.JOB_SECONDS) - s) + r.number(Key.BEFORE_JOB_SECONDS)
+        for s, r in zip(streaming, done, strict=True)
+        if not r.warm
+    ]
     startup = sum(fixed) / len(fixed) if fixed else float(settings.launch.startup_seconds_prior)
     return Pace(startup, sum(r.number(Key.ROWS) for r in done) / gpu_hours, f"{len(done)} run(s)")
 
@@ -187,8 +192,11 @@ def run_cost(totals: RunTotals, settings: Settings) -> CostBreakdown:
             warm=totals.warm,
             linger_seconds=totals.linger_seconds,
             share=totals.share,
+            before_job_seconds=totals.before_job_seconds,
             # what a shared job splits: its time before the engine streamed, and the engine's start-up
-            startup_seconds=max(0.0, totals.job_seconds - totals.engine_seconds) + (totals.engine_startup_seconds or 0),
+            startup_seconds=totals.before_job_seconds
+            + max(0.0, totals.job_seconds - totals.engine_seconds)
+            + (totals.engine_startup_seconds or 0),
         )
     )
 

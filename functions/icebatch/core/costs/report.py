@@ -113,6 +113,11 @@ def tokenomics(e: BatchJobCompleted, prices: tuple[BatchPrice, ...] = ()) -> str
             _line("input tokens", f"{e.tokens.input:,} ({per_row_in:.1f} per row)"),
             _line("output tokens", f"{e.tokens.output:,} ({per_row_out:.1f} per row)"),
             _line("engine wall time", engine),
+            *(
+                [_line("before the job", f"{_duration(e.before_job_seconds)} (GPU node, image pull, Ray cluster)")]
+                if e.before_job_seconds
+                else []
+            ),
             _line("job wall time", _duration(e.job_seconds)),
             _line("GPU-hours (engine)", f"{c.engine_gpu_seconds / 3600:.4f}"),
             _line(

@@ -39,6 +39,9 @@ class CostInputs(BaseModel):
     share: float = Field(
         default=1.0, gt=0, le=1, description="The part of its job's node the run pays (a shared job's runs: by tokens)"
     )
+    before_job_seconds: float = Field(
+        default=0, ge=0, description="From the launch to the job's process (GPU node, image pull, Ray cluster)"
+    )
     startup_seconds: float = Field(default=0, ge=0, description="The job's start-up (what sharing splits)")
     instance_type: str | None = Field(default=None, description="Instance type the rate assumes")
     rate_source: str | None = Field(default=None, description="Where the rate comes from")
@@ -86,7 +89,7 @@ def cost_breakdown(c: CostInputs) -> CostBreakdown:
     """
     tail = (c.ttl_seconds + c.consolidate_seconds) * (c.attempts - 1 if c.warm else c.attempts) + c.linger_seconds
     engine_gpu_seconds = c.engine_seconds * c.gpus
-    lifetime = (c.job_seconds + tail) * c.gpus * c.share
+    lifetime = (c.before_job_seconds + c.job_seconds + tail) * c.gpus * c.share
     rate_per_second = c.hourly_rate / 3600
     saved = (1 - c.share) * (min(c.startup_seconds, c.job_seconds) + tail) * c.gpus * rate_per_second
     lifetime_cost = lifetime * rate_per_second

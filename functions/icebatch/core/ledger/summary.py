@@ -92,6 +92,9 @@ class Key:
     LINGER_SECONDS = PREFIX + "linger-seconds"
     # a shared job (``icebatch_job.shared``): the part of its node this run paid (by tokens) and the other consumers
     SHARE = PREFIX + "share"
+    # what came before the job's process (the launch to its start: the GPU node, the image pull, the Ray cluster),
+    # measured by the job from the launcher's submission time (``ICEBATCH_JOB_LAUNCHED_AT``), summed over attempts
+    BEFORE_JOB_SECONDS = PREFIX + "before-job-seconds"
     SHARED_WITH = PREFIX + "shared-with"
 
 
@@ -143,6 +146,7 @@ class RunTotals:
     linger_seconds: float = 0.0  # the job's last idle window, paid by the run that first kept the node
     share: float = 1.0  # the part of its job's node the run pays: a shared job's runs split it by tokens
     shared_with: tuple[str, ...] = ()  # the other consumers whose runs the job took through the same engine
+    before_job_seconds: float = 0.0  # from the launch to the job's process (node, image, Ray cluster), every attempt
 
     def summary(self) -> dict[str, str]:
         props = {
@@ -167,6 +171,8 @@ class RunTotals:
             props[Key.WARM_START] = "1"
         if self.linger_seconds:
             props[Key.LINGER_SECONDS] = f"{self.linger_seconds:.3f}"
+        if self.before_job_seconds:
+            props[Key.BEFORE_JOB_SECONDS] = f"{self.before_job_seconds:.3f}"
         if self.shared_with:
             props[Key.SHARE] = f"{self.share:.6f}"
             props[Key.SHARED_WITH] = ",".join(self.shared_with)
@@ -262,6 +268,7 @@ class RunRecord:
             linger_seconds=self.number(Key.LINGER_SECONDS),
             share=self.share,
             shared_with=tuple(n for n in self.text(Key.SHARED_WITH).split(",") if n),
+            before_job_seconds=self.number(Key.BEFORE_JOB_SECONDS),
         )
 
 
