@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -781,8 +782,10 @@ def test_with_share_jobs_off_each_consumer_gets_its_own_job(
 
 
 def test_consumers_whose_runs_pay_only_together_launch_together(
-    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from icebatch.tools.cli.data import cmd_backlog, cmd_estimate
+
     # given two consumers of one model, each with the default cost gate, and 60 tickets: not enough to pay, together
     entries = (
         {"name": "triage", "backlog_threshold": 50, "cost_reference": "cheapest"},
@@ -794,6 +797,14 @@ def test_consumers_whose_runs_pay_only_together_launch_together(
     waiting = invoke("launcher", event("glue-table-change.json"), s)["decisions"]
     assert [d["decision"] for d in waiting] == ["wait", "wait"], waiting
     assert "priced with privacy's rows: one job" in waiting[0]["reason"]
+    # and `icebatch backlog` and `icebatch estimate` price them as the launcher does
+    capsys.readouterr()  # the handler's records
+    assert cmd_backlog(argparse.Namespace(consumer=None, json=True), s) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [b["priced_with"] for b in listed] == [["privacy"], ["triage"]]
+    assert [b["cost_gate"]["rows_to_pay"] for b in listed] == [d["rows_to_pay"] for d in waiting]
+    assert cmd_estimate(argparse.Namespace(consumer=None, json=False), s) == 0
+    assert capsys.readouterr().out.count("(priced with") == 2
     # when half the rows that make the shared run pay land for each (one start-up for both consumers' rows)
     together = waiting[0]["rows_to_pay"]
     tickets(s, -(-together // 2) - 60, seed=2)

@@ -33,6 +33,7 @@ SECOND_RUN = {
     "backfill_estimate": {"rows": 600},  # a new task version labels the whole table: both demos' rows
     "third": [_skipped("triage", over_budget=True), _skipped("privacy")],
     "fourth": [_waiting("triage"), _waiting("privacy")],  # a small commit: held by the cost gate
+    "fifth": [_launched("triage", 40), _launched("privacy", 40)],  # the same rows, past their staleness
 }
 
 
@@ -50,6 +51,7 @@ def test_a_second_demo_in_the_same_home_goes_as_expected() -> None:
         ({"third": [_skipped("triage"), _skipped("privacy")]}, "the over-budget backfill was not refused"),
         ({"first": []}, "nothing was launched"),
         ({"fourth": [_waiting("triage"), _launched("privacy", 40)]}, "a small commit launched a job"),
+        ({"fifth": [_launched("triage", 40), _waiting("privacy")]}, "a stale backlog was held"),
     ],
 )
 def test_a_story_that_went_wrong_is_said_so(change: dict[str, Any], why: str) -> None:

@@ -35,7 +35,7 @@ from icebatch.control.triggers import Trigger, relevance
 from icebatch.core.bus import EventPublisher
 from icebatch.core.consumers import MAX_JOB_CONSUMER_BYTES, Consumer, job_consumers_json
 from icebatch.core.costs.estimate import CostCheck, Estimate, cost_check, estimate_run, spent_on, start_of
-from icebatch.core.costs.lease import Member, group_check
+from icebatch.core.costs.lease import Member, shared_prices
 from icebatch.core.errors import InvalidEventError, InvalidTaskError, SourceReplacedError
 from icebatch.core.events import MAX_SHARED, BatchJobSubmitted, SnapshotRange
 from icebatch.core.ledger import Backlog, Pending, ResultsLedger, RunRecord, new_run_id
@@ -145,9 +145,7 @@ def launch(
         known = ", ".join(c.name for c in consumers)
         raise InvalidEventError(f"no consumer named {str(trigger.consumer)[:40]!r} (known: {known})")
     ctx = Context(settings, catalog, backend, publisher, now or datetime.now(UTC))
-    seen = {consumer.name: observe(trigger, consumer, ctx) for consumer in selected}
-    if settings.launch.share_jobs and settings.engine.engine_mode == "engine":
-        seen = priced_together(selected, seen, settings)
+    seen = priced_together(selected, {c.name: observe(trigger, c, ctx) for c in selected}, settings)
     decided = [decide_consumer(trigger, consumer, seen[consumer.name], ctx) for consumer in selected]
     outcomes: dict[str, LaunchOutcome] = {}
     for group in sharing(decided, settings):
@@ -169,18 +167,12 @@ def priced_together(
     consumers: list[Consumer], seen: dict[str, Observation], settings: Settings
 ) -> dict[str, Observation]:
     """Each consumer with a cost gate and new rows, priced with the others of its model that would share its job
-    (``lease.group_check``: one start-up for their rows together), as ``bench.day``'s sharing policy prices them."""
+    (``lease.shared_prices``: one start-up and tail for their rows together), as ``bench.day``'s sharing prices them."""
     waiting = [c for c in consumers if (o := seen[c.name]).cost is not None and o.active is None and o.backlog]
+    members = [Member(c, seen[c.name].backlog.rows, seen[c.name].runs) for c in waiting]  # type: ignore[union-attr]
     priced = dict(seen)
-    for consumer in waiting:
-        model = consumer.model_source(settings)
-        group = [c for c in waiting if c.model_source(settings) == model]
-        if len(group) < 2:
-            continue
-        members = [Member(c, seen[c.name].backlog.rows, seen[c.name].runs) for c in group]  # type: ignore[union-attr]
-        if (check := group_check(members, settings)) is not None:
-            others = ", ".join(c.name for c in group if c is not consumer)
-            priced[consumer.name] = replace(seen[consumer.name], cost=check, priced_with=others)
+    for name, (check, others) in shared_prices(members, settings).items():
+        priced[name] = replace(seen[name], cost=check, priced_with=", ".join(others))
     return priced
 
 

@@ -12,7 +12,9 @@
    says what that costs, and the launcher refuses it while it exceeds the consumer's budget,
 7. a few more tickets in one commit, and its Glue event (sam/events/glue-table-change.json), for consumers that
    launch on any commit whose run costs at most $0.02 per 1k rows: the cost gate waits, saying what the run would
-   cost per 1k rows (start-up included) and how many more rows would make it pay.
+   cost per 1k rows (start-up included) and how many more rows would make it pay,
+8. the same rows, for consumers whose rows may wait at most a second (to show it): the launcher launches their run
+   anyway, in one job, and each report says what it cost against the ceiling it was launched above.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from icebatch.core.settings import Settings
 REPO = Path(__file__).resolve().parents[3]
 SCHEDULE_EVENT = REPO / "sam" / "events" / "schedule.json"
 COMMIT_EVENT = REPO / "sam" / "events" / "glue-table-change.json"
-STEPS = 7
+STEPS = 8
 
 
 def _schedule_event() -> dict[str, Any]:
@@ -142,6 +144,14 @@ class Demo:
 
         return self.consumers_copy("demo-consumers-gated", gate)
 
+    def stale(self, ceiling: float, seconds: int) -> Settings:
+        """``gated``, and rows may wait at most ``seconds``: the launcher launches a run that does not pay."""
+
+        def gate(entry: dict[str, Any], _task: dict[str, Any]) -> None:
+            entry.update(backlog_threshold=1, max_usd_per_1k_rows=ceiling, max_staleness_seconds=seconds)
+
+        return self.consumers_copy("demo-consumers-stale", gate)
+
     def consumers_copy(self, folder_name: str, change: Callable[[dict[str, Any], dict[str, Any]], None]) -> Settings:
         """Settings with a copy of the consumers file (and its tasks) under the home, each entry and task changed."""
         import yaml
@@ -167,13 +177,14 @@ def went_as_expected(
     backfill_estimate: dict[str, Any],
     third: list[dict[str, Any]],
     fourth: list[dict[str, Any]],
+    fifth: list[dict[str, Any]],
     *,
     bumped: str,
     table_rows: int,
 ) -> bool:
     """The story's checks: every consumer launched and completed, then nothing new, then a backfill of the whole
     table (every row it holds, this demo's and earlier demos' in the same home) estimated and refused, then a small
-    commit held by the cost gate for every consumer."""
+    commit held by the cost gate for every consumer, then the same rows launched anyway once past their staleness."""
     return (
         bool(first)
         and all(d["decision"] == "launch" for d in first)
@@ -183,6 +194,8 @@ def went_as_expected(
         and next(d for d in third if d["consumer"] == bumped)["over_budget"]
         and bool(fourth)
         and all(d["decision"] == "wait" and (d["rows_to_pay"] or math.inf) > d["backlog_rows"] for d in fourth)
+        and bool(fifth)
+        and all(d["decision"] == "launch" and "completed" in (d.get("submission") or "") for d in fifth)
     )
 
 
@@ -217,7 +230,13 @@ def run_demo(settings: Settings, *, tickets: int = 300, batches: int = 5, out: C
     )
     demo.tickets(40, 1)
     fourth = demo.launch(demo.gated(0.02), event=_commit_event(settings.catalog.source_table))
-    ok = went_as_expected(first, second, estimate[0], third, fourth, bumped=bumped, table_rows=table_rows)
+    demo.step(
+        8,
+        "the same rows, for consumers whose rows may wait at most 1 s (to see it happen): past it, the launcher "
+        "launches the run that does not pay, in one job for both, and says so",
+    )
+    fifth = demo.launch(demo.stale(0.02, seconds=1), event=_commit_event(settings.catalog.source_table))
+    ok = went_as_expected(first, second, estimate[0], third, fourth, fifth, bumped=bumped, table_rows=table_rows)
     minutes = (time.monotonic() - started) / 60
     if not ok:
         out(

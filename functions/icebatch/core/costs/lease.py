@@ -58,6 +58,22 @@ def group_check(members: Sequence[Member], settings: Settings) -> CostCheck | No
     return CostCheck((per_rows + fixed) / rows * 1000, limit, rows, rows_to_pay, at_scale * 1000)
 
 
+def shared_prices(members: Sequence[Member], settings: Settings) -> dict[str, tuple[CostCheck, tuple[str, ...]]]:
+    """Each member's run priced with the other members of its model, which would share its job (the launcher submits
+    consumers of one model that launch at once as one: ``ICEBATCH_SHARE_JOBS``): consumer -> (the group's check, the
+    others). A member alone of its model, or in a group without a cost gate, is left out (its own check stands)."""
+    if not settings.launch.share_jobs or settings.engine.engine_mode != "engine":
+        return {}
+    waiting = [m for m in members if m.rows > 0]
+    out = {}
+    for m in waiting:
+        model = m.consumer.model_source(settings)
+        group = [o for o in waiting if o.consumer.model_source(settings) == model]
+        if len(group) > 1 and (check := group_check(group, settings)) is not None:
+            out[m.consumer.name] = (check, tuple(o.consumer.name for o in group if o is not m))
+    return out
+
+
 def first_commit_seconds(members: Sequence[Member], settings: Settings) -> float:
     """From launch to the first chunk's commit of every member of a shared job: one start-up (the longest), then the
     members' first chunks side by side in one engine."""

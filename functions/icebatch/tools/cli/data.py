@@ -22,6 +22,8 @@ from icebatch.tools.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from icebatch.core.costs.estimate import CostCheck
+    from icebatch.core.costs.lease import Member
     from icebatch.core.ledger import Pending
 
 
@@ -62,9 +64,10 @@ def pending_dict(p: Pending | None, *, end_expired: bool = False) -> dict[str, A
 
 def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.core.costs.estimate import cost_check
+    from icebatch.core.costs.lease import Member
     from icebatch.core.ledger import open_ledger
 
-    found, stale, costs = [], set(), {}
+    found, stale, costs, members = [], set(), {}, []
     for c in selected(settings, args.consumer):
         ledger = open_ledger(settings, c, control_plane=True)
         progress, source = ledger.progress(), ledger.source()
@@ -72,7 +75,11 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
         found.append((c, backlog, progress.pending))
         if progress.pending is not None and ledger.end_expired(progress.pending, source):
             stale.add(c.name)
-        costs[c.name] = cost_check(backlog.rows, c, ledger.runs(), settings) if progress.pending is None else None
+        runs = ledger.runs()
+        costs[c.name] = cost_check(backlog.rows, c, runs, settings) if progress.pending is None else None
+        if costs[c.name] is not None:
+            members.append(Member(c, backlog.rows, runs))
+    together = _priced_together(members, costs, settings)
     if args.json:
         print_json(
             [
@@ -81,6 +88,7 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
                     "task_version": c.task_version,
                     "in_progress": pending_dict(p, end_expired=c.name in stale),
                     "cost_gate": check.to_dict() if (check := costs[c.name]) else None,
+                    "priced_with": list(together.get(c.name, ())),
                 }
                 for c, b, p in found
             ]
@@ -110,7 +118,7 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
                 "live files (by data sequence number; format v1: all of them) and matched by content"
             )
         if (check := costs[c.name]) is not None:
-            print(f"cost gate             : {check.summary()}")
+            print(f"cost gate             : {check.summary()}{_with_others(together.get(c.name))}")
         if p is not None:
             print(f"in progress           : {p.describe()} (to snapshot {p.to_snapshot_inclusive})")
         if c.name in stale:
@@ -122,25 +130,48 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _priced_together(
+    members: list[Member], checks: dict[str, CostCheck | None], settings: Settings
+) -> dict[str, tuple[str, ...]]:
+    """As the launcher prices them: each consumer's run with the others of its model (one job), its check replaced in
+    ``checks``; consumer -> the others."""
+    from icebatch.core.costs.lease import shared_prices
+
+    together = {}
+    for name, (check, others) in shared_prices(members, settings).items():
+        checks[name], together[name] = check, others
+    return together
+
+
+def _with_others(others: tuple[str, ...] | None) -> str:
+    return f" (priced with {', '.join(others)}'s rows: one job)" if others else ""
+
+
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.control.failure_records import failures_on_record
     from icebatch.core.costs.estimate import cost_check, estimate_run, spent_on, start_of
+    from icebatch.core.costs.lease import Member
     from icebatch.core.ledger import open_ledger
 
     now = datetime.now(UTC)
-    out = []
+    out, seen = [], []
     for consumer in selected(settings, args.consumer):
         ledger = open_ledger(settings, consumer, control_plane=True)
         runs = ledger.runs()
         backlog = ledger.backlog()
+        seen.append((consumer, runs, backlog, cost_check(backlog.rows, consumer, runs, settings)))
+    checks = {c.name: check for c, _, _, check in seen}
+    together = _priced_together([Member(c, b.rows, r) for c, r, b, check in seen if check], checks, settings)
+    for consumer, runs, backlog, _ in seen:
         estimate = estimate_run(backlog.rows, consumer, runs, settings)
-        check = cost_check(backlog.rows, consumer, runs, settings)
+        check = checks[consumer.name]
         budget = consumer.budget
         out.append(
             {
                 **estimate.to_dict(),
                 "cost_gate": check.to_dict() if check else None,
-                "cost_gate_summary": check.summary() if check else None,
+                "cost_gate_summary": f"{check.summary()}{_with_others(together.get(consumer.name))}" if check else None,
+                "priced_with": list(together.get(consumer.name, ())),
                 "watermark_snapshot_id": backlog.watermark_snapshot_id,
                 "current_snapshot_id": backlog.current_snapshot_id,
                 "spent_today_usd": round(
