@@ -116,43 +116,44 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
     assert glue_event["detail"]["typeOfChange"] == "UpdateTable"
 
     # when the launcher is invoked with the newest metadata event, then the bundled consumers' cost gate waits: a
-    # run of so few rows would cost more per 1k rows, start-up and idle tail included, than a batch API
+    # run of so few rows would cost more per 1k rows, start-up and idle tail included, than a batch API; the two
+    # consumers share a model, so they are priced as one job over both's rows
     waits = {x["consumer"]: x for x in d.invoke("LauncherFunction", s3_events[-1]).response["decisions"]}
     assert {x["decision"] for x in waits.values()} == {"wait"} and world.k8s.names(NAMESPACE) == [], waits
-    more = max(x["rows_to_pay"] for x in waits.values()) - ROWS
+    assert all("(priced with" in x["reason"] for x in waits.values()), waits
+    more = -(-max(x["rows_to_pay"] for x in waits.values()) // 2) - ROWS  # each new ticket is a row for both
     assert more > 0
-    # when as many more rows as make both runs pay are committed, and the launcher gets that commit's event
+    # when as many more rows as make their shared run pay are committed, and the launcher gets that commit's event
     snapshot = append_tickets(table, generate_tickets(more, random.Random(6)))
     total = ROWS + more
     commit_events = [e for e in d.drain("LauncherFunction", expect=1) if e["source"] == "aws.s3"]
     launch = d.invoke("LauncherFunction", commit_events[-1])
     decisions = {x["consumer"]: x for x in launch.response["decisions"]}
 
-    # then it launched a RayJob per consumer (the bundled consumers file: triage and privacy) through the API
-    # server EKS names (HTTPS, the cluster's CA, an STS-signed token)
+    # then it launched one RayJob for both consumers (the bundled consumers file: triage and privacy, one model)
+    # through the API server EKS names (HTTPS, the cluster's CA, an STS-signed token)
     assert sorted(decisions) == ["privacy", "triage"]
     for decision in decisions.values():
-        assert decision["decision"] == "launch" and decision["reason"].endswith("it pays"), decision
+        assert decision["decision"] == "launch" and "it pays (priced with" in decision["reason"], decision
         assert (decision["backlog_rows"], decision["current_snapshot_id"], decision["origin"]) == (
             total,
             snapshot,
             "s3",
         )
-    assert world.k8s.names(NAMESPACE) == sorted(x["job_name"] for x in decisions.values())
+    [name] = {x["job_name"] for x in decisions.values()}
+    assert world.k8s.names(NAMESPACE) == [name]
     assert world.k8s.identities and world.k8s.identities[-1].startswith("arn:aws:sts::")
-    manifests = {c: world.k8s.objects[(NAMESPACE, x["job_name"])] for c, x in decisions.items()}
-    for manifest in manifests.values():
-        for version in VERSIONS:  # the API server checked v1.7.0 strictly; v1.6.1 accepts it too
-            assert errors({k: v for k, v in manifest.items() if k != "status"}, version) == []
+    manifest = world.k8s.objects[(NAMESPACE, name)]
+    for version in VERSIONS:  # the API server checked v1.7.0 strictly; v1.6.1 accepts it too
+        assert errors({k: v for k, v in manifest.items() if k != "status"}, version) == []
     # and the same change again (EventBridge delivers at least once) is "already launched", for each
     again = d.invoke("LauncherFunction", glue_event).response["decisions"]
     assert {x["decision"] for x in again} == {"already_launched"}, again
 
-    # when each job runs with exactly its pod's command line and environment
-    for consumer, manifest in manifests.items():
-        done = _run_like_the_pod(world, manifest)
-        assert done.returncode == 0, consumer + done.stdout[-3000:] + done.stderr[-6000:]
-        assert "BATCH SUMMARY" in done.stdout and "TOKENOMICS" in done.stdout
+    # when the job runs with exactly its pod's command line and environment: both consumers' runs, one engine
+    done = _run_like_the_pod(world, manifest)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert done.stdout.count("BATCH SUMMARY") == 2 and done.stdout.count("shared job") == 2
 
     # then each consumer's results and watermark are in Glue/S3, in one commit, in its own table
     for consumer in load_consumers(s):

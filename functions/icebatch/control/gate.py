@@ -176,14 +176,14 @@ def _why_launch(g: GateInput) -> str | None:
         return f"forced manual launch ({g.backlog_rows} rows)"
     if g.stale:
         assert g.oldest_age_seconds is not None
-        unpaid = f"; launched though {g.cost.summary()}" if _gated(g) and g.cost and not g.cost.pays else ""
+        unpaid = f"; launched though {g.cost.summary()}" if gated(g) and g.cost and not g.cost.pays else ""
         return (
             f"backlog {g.backlog_rows}{' <' if g.backlog_rows < g.threshold else ' >='} threshold {g.threshold}, "
             f"and the oldest row has waited {g.oldest_age_seconds:.0f} s{_lead(g)} >= max staleness "
             f"{g.max_staleness_seconds} s{unpaid}"
         )
     if g.backlog_rows >= g.threshold:
-        paid = f": {g.cost.summary()}" if _gated(g) and g.cost else ""
+        paid = f": {g.cost.summary()}" if gated(g) and g.cost else ""
         return f"backlog {g.backlog_rows} >= threshold {g.threshold}{paid}"
     return None
 
@@ -192,13 +192,13 @@ def _lead(g: GateInput) -> str:
     return f" (+ {g.lead_seconds:.0f} s: a run's first commit, the next trigger's wait)" if g.lead_seconds else ""
 
 
-def _gated(g: GateInput) -> bool:
+def gated(g: GateInput) -> bool:
     """The cost gate applies: an append, or a manual launch without force, of new rows (not a resume)."""
     return g.cost is not None and g.resume is None and g.backlog_rows > 0 and g.kind != "schedule" and not g.force
 
 
 def _waits_for_rows_that_pay(g: GateInput) -> GateResult | None:
-    if not _gated(g) or g.cost is None or g.cost.pays or g.stale:
+    if not gated(g) or g.cost is None or g.cost.pays or g.stale:
         return None
     age = "" if g.oldest_age_seconds is None else f"{g.oldest_age_seconds:.0f} s"
     stale = f"; the oldest row has waited {age} of max staleness {g.max_staleness_seconds} s" if age else ""

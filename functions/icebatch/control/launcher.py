@@ -27,7 +27,16 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from icebatch.control.backends import JobBackend
 from icebatch.control.failure_records import failures_on_record
-from icebatch.control.gate import ActiveJob, Decision, GateInput, GateResult, Refusal, decide, staleness_lead
+from icebatch.control.gate import (
+    ActiveJob,
+    Decision,
+    GateInput,
+    GateResult,
+    Refusal,
+    decide,
+    gated,
+    staleness_lead,
+)
 from icebatch.control.jobs import JobState, members
 from icebatch.control.model_files import model_problem
 from icebatch.control.rayjob import JobSpec, build_rayjob_manifest, job_name, range_tag
@@ -177,8 +186,9 @@ def priced_together(
 
 
 def decide_consumer(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> Decided:
-    gate = decide(gate_input(trigger, consumer, seen, ctx))
-    if seen.priced_with and gate.decision in ("launch", "dry_run", "wait"):
+    given = gate_input(trigger, consumer, seen, ctx)
+    gate = decide(given)
+    if seen.priced_with and gated(given) and gate.decision in ("launch", "dry_run", "wait"):
         gate = replace(gate, reason=f"{gate.reason} (priced with {seen.priced_with}'s rows: one job)")
     spec = None
     if gate.decision in ("launch", "dry_run") and seen.backlog is not None:
