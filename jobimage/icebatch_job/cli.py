@@ -13,8 +13,8 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from icebatch.core.bus import report_printed_by_the_job
 from icebatch.core.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, EXIT_TRANSIENT
@@ -23,6 +23,9 @@ from icebatch.core.terminal import console
 from icebatch.core.terminal.command_line import StrictParser, run_cli
 from icebatch.core.terminal.json_stdout import stdout_kept_for_json, stdout_kept_for_json_until_exit
 from icebatch.core.untrusted import CONSUMER_NAME, K8S_NAME, RUN_ID, summarize, whole_number
+
+if TYPE_CHECKING:
+    from icebatch_job.job import JobRequest
 
 RUN_HELP = "read new rows, label them with the LLM, commit results + watermark"
 RUN_DESCRIPTION = (
@@ -80,19 +83,12 @@ run_id_arg = matching(RUN_ID, "a run id (letters, digits and '-', at most 100, e
 rayjob_name_arg = matching(K8S_NAME, "a Kubernetes object name (lower case, digits, '-' and '.', at most 253)")
 
 
-@dataclass(frozen=True)
-class SharedRun:
-    """``--with``: another consumer's run the job takes through its engine, its range pinned or not."""
+def shared_run_arg(value: str) -> JobRequest:
+    """``--with``: another consumer's run the job takes through its engine (it never lingers). ``NAME`` (its range:
+    after its watermark, to the current snapshot) or ``NAME:RUN_ID:FROM:TO`` (pinned, as the launcher passes it; FROM
+    may be ``none``)."""
+    from icebatch_job.job import JobRequest
 
-    consumer: str
-    run_id: str | None = None
-    from_snapshot: int | Literal["watermark"] | None = "watermark"
-    to_snapshot: int | None = None
-
-
-def shared_run_arg(value: str) -> SharedRun:
-    """``NAME`` (its range: after its watermark, to the current snapshot) or ``NAME:RUN_ID:FROM:TO`` (pinned, as the
-    launcher passes it; FROM may be ``none``)."""
     parts = value.split(":")
     if not re.fullmatch(CONSUMER_NAME, parts[0]) or len(parts) not in (1, 4):
         raise argparse.ArgumentTypeError(
@@ -100,11 +96,11 @@ def shared_run_arg(value: str) -> SharedRun:
             "privacy:privacy-20261207T080000-3fa9c2:none:7012)"
         )
     if len(parts) == 1:
-        return SharedRun(parts[0])
+        return JobRequest(consumer=parts[0], linger=False)
     to_snapshot = snapshot_arg(parts[3])
     if to_snapshot is None:
         raise argparse.ArgumentTypeError(f"{summarize(value, 60)!r}: TO is a snapshot id")
-    return SharedRun(parts[0], run_id_arg(parts[1]), snapshot_arg(parts[2]), to_snapshot)
+    return JobRequest(run_id_arg(parts[1]), snapshot_arg(parts[2]), to_snapshot, consumer=parts[0], linger=False)
 
 
 def positive_int(value: str) -> int:
@@ -162,18 +158,7 @@ def run_command(args: argparse.Namespace, settings: Settings, *, whole_process: 
         rayjob_name=args.rayjob_name,
         consumer=args.consumer,
         linger=args.linger and args.limit is None and not args.shared_with,  # a run of at most N rows: all it asked
-        shared_with=tuple(
-            JobRequest(
-                run_id=r.run_id,
-                from_snapshot=r.from_snapshot,
-                to_snapshot=r.to_snapshot,
-                limit=args.limit,
-                rayjob_name=args.rayjob_name,
-                consumer=r.consumer,
-                linger=False,
-            )
-            for r in args.shared_with
-        ),
+        shared_with=tuple(replace(r, limit=args.limit, rayjob_name=args.rayjob_name) for r in args.shared_with),
     )
     printed = nullcontext() if args.json else report_printed_by_the_job()  # the local reporter: not twice
     # Ray forwards the engine's output to this process's stdout; in the job's own process, until Ray is shut down

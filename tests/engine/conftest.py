@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,20 @@ def engine_settings(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) 
 def ledger(settings: Settings) -> ResultsLedger:
     """The ledger of the settings' one consumer."""
     return open_ledger(settings, consumer_named(load_consumers(settings), None))
+
+
+def job_process_env(settings: Settings, consumers: Path) -> dict[str, str]:
+    """The environment of ``python -m icebatch_job run`` as the engine tests start it: the home, the tiny model and
+    these consumers, nothing of the test process's own."""
+    return {
+        "ICEBATCH_HOME": str(settings.home),
+        "ICEBATCH_MODEL_SOURCE": str(settings.engine.model_source),
+        "ICEBATCH_CONSUMERS_FILE": str(consumers),
+        "ICEBATCH_BATCH_SIZE": "32",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.environ["PYTHONPATH"],
+        "HF_HUB_OFFLINE": "1",
+    }
 
 
 def read_events(settings: Settings) -> list[dict]:

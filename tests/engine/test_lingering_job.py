@@ -18,7 +18,7 @@ from icebatch.core.settings import Settings
 from icebatch.tools.runs import ledger_rows
 from icebatch_job.example.tickets import ensure_source_table, generate
 
-from tests.engine.conftest import ledger, read_events
+from tests.engine.conftest import job_process_env, ledger, read_events
 from tests.support.consumers import consumer, consumers_file
 
 pytestmark = [pytest.mark.engine]
@@ -44,15 +44,7 @@ def test_a_lingering_job_takes_the_rows_that_land_as_a_run_of_their_own(own_sett
     s = own_settings.with_overrides(consumers_file=consumers)
     table = ensure_source_table(open_catalog(s), s.catalog.source_table)
     generate(table, tickets=40, batches=1, seed=21)
-    env = {
-        "ICEBATCH_HOME": str(s.home),
-        "ICEBATCH_MODEL_SOURCE": str(s.engine.model_source),
-        "ICEBATCH_CONSUMERS_FILE": str(consumers),
-        "ICEBATCH_BATCH_SIZE": "32",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": os.environ["PYTHONPATH"],
-        "HF_HUB_OFFLINE": "1",
-    }
+    env = job_process_env(s, consumers)
 
     # when the job runs as a RayJob runs it, and 30 tickets land once its range is committed
     log = tmp_path / "job.log"

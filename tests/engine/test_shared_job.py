@@ -4,7 +4,6 @@ own process (``python -m icebatch_job run --with``) with the real engine."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from icebatch.core.settings import Settings
 from icebatch.tools.runs import ledger_rows
 from icebatch_job.example.tickets import ensure_source_table, generate
 
-from tests.engine.conftest import read_events
+from tests.engine.conftest import job_process_env, read_events
 from tests.support.consumers import TASKS, consumers_file
 
 pytestmark = [pytest.mark.engine]
@@ -56,15 +55,7 @@ def test_consumers_of_one_model_share_one_engine_and_a_failing_one_fails_alone(
     s = own_settings.with_overrides(consumers_file=consumers)
     table = ensure_source_table(open_catalog(s), s.catalog.source_table)
     generate(table, tickets=70, batches=2, seed=31)
-    env = {
-        "ICEBATCH_HOME": str(s.home),
-        "ICEBATCH_MODEL_SOURCE": str(s.engine.model_source),
-        "ICEBATCH_CONSUMERS_FILE": str(consumers),
-        "ICEBATCH_BATCH_SIZE": "32",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": os.environ["PYTHONPATH"],
-        "HF_HUB_OFFLINE": "1",
-    }
+    env = job_process_env(s, consumers)
 
     # when one job takes the three consumers' runs, as a RayJob runs it
     command = [
