@@ -413,13 +413,21 @@ def plan(run: JobRun) -> bool:
     """Pin the range (refused if the watermark moved since the launch); False when nothing is new."""
     r = run.request
     run.source = run.ledger.source()  # loaded once for the plan and the read (a long history takes seconds)
-    run.plan = run.ledger.plan(
-        run_id=r.run_id,
-        from_snapshot_exclusive=r.from_snapshot,
-        to_snapshot_inclusive=r.to_snapshot,
-        max_rows=r.limit,
-        source=run.source,
-    )
+    try:
+        run.plan = run.ledger.plan(
+            run_id=r.run_id,
+            from_snapshot_exclusive=r.from_snapshot,
+            to_snapshot_inclusive=r.to_snapshot,
+            max_rows=r.limit,
+            source=run.source,
+        )
+    except WatermarkConflictError:
+        if r.run_id is None or run.ledger.find_run(r.run_id) is None:
+            raise
+        # a KubeRay retry of a job whose run committed before something else failed (a shared job's other run, the
+        # event after the commit): the range is this run's own, done; not a conflict (exit 5, a failed RayJob)
+        run.out(f"run {r.run_id} already committed its range (an earlier attempt of this job): nothing to do")
+        return False
     c = run.consumer
     if run.plan is None:
         wm = run.ledger.watermark().source_snapshot_id

@@ -659,6 +659,40 @@ def test_rows_deleted_since_the_watermark_launch_a_run_with_no_gpu_to_remove_the
     assert decide(s2, event("glue-table-change.json"))["decision"] == "skip"
 
 
+def test_a_kuberay_retry_of_a_job_whose_run_committed_ends_ok_and_commits_nothing_twice(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    from icebatch_job.cli import build_parser, run_command
+    from pyiceberg.expressions import In
+
+    # given a consumer that labelled 60 rows, two of them deleted since, and the launch that follows
+    s, ledger, ids = _labelled_on_kuberay(settings, k8s, aws_endpoint)
+    ledger.source().delete(In("ticket_id", ids[:2]))
+    d = decide(s, event("glue-table-change.json"))
+    assert d["decision"] == "launch"
+    pod = s.with_overrides(job_engine="off", job_consumer=load_consumers(s)[0].to_json())
+    argv = shlex.split(d["manifest"]["spec"]["entrypoint"])[3:]  # after `python -m icebatch_job`, as the pod runs it
+    # when the pod's entrypoint runs, commits its range, and KubeRay runs it again (its RayJob failed after the
+    # commit: another consumer's run in a shared job, or the event after the commit, failed)
+    assert run_command(build_parser().parse_args(argv), pod) == 0
+    head = ledger.results().refresh().current_snapshot().snapshot_id  # type: ignore[union-attr]
+    watermark = ledger.watermark()
+    capsys.readouterr()
+    retried = run_command(build_parser().parse_args(argv), pod)
+    # then the retry ends 0 (not 5, a conflict: a failed RayJob, retried again) and says why, commits nothing,
+    # moves no watermark and reports no failure
+    assert retried == 0
+    assert f"run {d['run_id']} already committed its range" in capsys.readouterr().out
+    assert ledger.results().refresh().current_snapshot().snapshot_id == head  # type: ignore[union-attr]
+    assert ledger.watermark() == watermark and watermark.run_id == d["run_id"]
+    assert not [e for e in _bus_events(s) if e["detail-type"] == "Batch Job Failed"]
+    # and a run from the same watermark that is not this one still conflicts (the range is someone else's)
+    other = [a if a != d["run_id"] else f"{d['run_id']}x" for a in argv]
+    assert run_command(build_parser().parse_args(other), pod) == 5
+
+
 def test_rows_changed_by_a_copy_on_write_update_are_labelled_by_the_next_attempt_with_a_gpu(
     settings: Settings, k8s: RayJobApi, aws_endpoint: str
 ) -> None:
@@ -761,6 +795,49 @@ def test_consumers_of_one_model_due_at_once_share_one_rayjob_which_is_each_ones_
     assert retry["triage"]["attempt"] == retry["privacy"]["attempt"] == 2
     assert retry["triage"]["job_name"] == retry["privacy"]["job_name"] and retry["triage"]["decision"] == "launch"
     assert len(k8s.names()) == 3
+
+
+def test_a_shared_rayjob_that_died_silently_is_reported_for_each_run_it_left_unfinished(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    from datetime import UTC, timedelta
+
+    # given triage and privacy launched in one RayJob by the schedule
+    s = kube(
+        settings,
+        k8s,
+        aws_endpoint,
+        {"name": "triage", "backlog_threshold": 50},
+        {"name": "privacy", "task": "privacy", "backlog_threshold": 50},
+    )
+    tickets(s, 60)
+    launched = {d["consumer"]: d for d in invoke("launcher", event("schedule.json"), s)["decisions"]}
+    triage, privacy = launched["triage"], launched["privacy"]
+    assert triage["job_name"] == privacy["job_name"]
+    # when in it triage's run completes, privacy's commits a chunk of 8 rows, and the node is lost: the RayJob ends
+    # failed and no run reports it
+    consumers = {c.name: c for c in load_consumers(s)}
+    for name, decision, dies in (("triage", triage, None), ("privacy", privacy, dies_after(12))):
+        ledger = ResultsLedger(open_catalog(s), consumers[name])
+        plan = ledger.plan(run_id=decision["run_id"], to_snapshot_inclusive=decision["current_snapshot_id"])
+        if dies is None:
+            assert run_once(ledger, plan=plan) is not None
+        else:
+            with pytest.raises(Crash):
+                run_once(ledger, plan=plan, chunk_rows=8, transform=dies)
+    ended = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    k8s.set_status(triage["job_name"], jobDeploymentStatus="Failed", reason="DeadlineExceeded", endTime=ended)
+    # then the next schedule reports privacy's run as failed, from its own run id and range (not triage's, which
+    # completed), and launches its next attempt
+    after = {d["consumer"]: d for d in invoke("launcher", event("schedule.json"), s)["decisions"]}
+    failed = [e["detail"] for e in _bus_events(s) if e["detail-type"] == "Batch Job Failed"]
+    assert [(f["consumer"], f["run_id"], f["origin"]) for f in failed] == [("privacy", privacy["run_id"], "reconciler")]
+    assert failed[0]["rows_committed"] == 8 and failed[0]["rayjob_name"] == triage["job_name"]
+    assert failed[0]["range"] == {"from_exclusive": None, "to_inclusive": privacy["current_snapshot_id"]}
+    assert after["privacy"]["decision"] == "launch" and after["privacy"]["run_id"] == privacy["run_id"]
+    # and the schedule after reports it no more
+    invoke("launcher", event("schedule.json"), s)
+    assert len([e for e in _bus_events(s) if e["detail-type"] == "Batch Job Failed"]) == 1
 
 
 def test_with_share_jobs_off_each_consumer_gets_its_own_job(

@@ -283,6 +283,28 @@ def test_a_shared_job_takes_each_consumers_pinned_run_and_is_each_consumers_job(
         ("triage", shared.tag, 1, shared.name),
         ("privacy", rider_tag, 2, shared.name),
     ]
+    # each with its own run's annotations (what reconciliation reports a silent death from)
+    assert [(j.annotations["icebatch.io/run-id"], j.annotations["icebatch.io/from-snapshot"]) for j in states] == [
+        (shared.run_id, "123"),
+        (rider.run_id, "none"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "runs",
+    ["", "[]", "{", '{"privacy": "x"}', '{"privacy": {"run-id": 7, "trigger": "schedule", "reported": "true"}}'],
+)
+def test_a_shared_runs_annotation_that_is_not_the_launchers_gives_the_other_run_no_annotations_of_the_first(
+    runs: str,
+) -> None:
+    # given a shared job whose shared-runs annotation is not what the launcher writes
+    first = {"icebatch.io/run-id": "triage-1", "icebatch.io/from-snapshot": "5", "icebatch.io/trigger": "schedule"}
+    annotations = {**first, "icebatch.io/shared-with": "privacy/0123456789/a1", "icebatch.io/shared-runs": runs}
+    # then the other consumer's run carries none of the first run's (nor any the annotation names but should not)
+    [_, other] = members(job_state({"metadata": {"name": "ib-x", "annotations": annotations}}))
+    assert other.consumer == "privacy" and other.annotations.get("icebatch.io/trigger") == "schedule"
+    assert "icebatch.io/run-id" not in other.annotations and "icebatch.io/from-snapshot" not in other.annotations
+    assert "icebatch.io/reported" not in other.annotations
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -75,7 +76,41 @@ _RIDER = re.compile(r"([a-z][a-z0-9-]{0,19})/([0-9a-f]{10})/a([0-9]{1,3})")
 
 def members(job: JobState) -> list[JobState]:
     """A job as each consumer it runs for sees it: a shared job (``icebatch.control.rayjob.shared_with``) is also
-    each other consumer's job, from that consumer's range and attempt; what it says otherwise is ignored."""
+    each other consumer's job, from that consumer's range and attempt, with its own run's annotations
+    (``icebatch.control.rayjob.shared_runs``; none where they are missing); what it says otherwise is ignored."""
     riders = job.annotations.get(f"{LABEL}/shared-with", "")
     found = [_RIDER.fullmatch(part) for part in riders.split(",") if part]
-    return [job, *(replace(job, consumer=m[1], from_tag=m[2], attempt=int(m[3])) for m in found if m)]
+    runs = _shared_runs(job.annotations.get(f"{LABEL}/shared-runs", ""))
+    first = {k: v for k, v in job.annotations.items() if k not in _RUN_KEYS}
+    return [
+        job,
+        *(
+            replace(job, consumer=m[1], from_tag=m[2], attempt=int(m[3]), annotations={**first, **runs.get(m[1], {})})
+            for m in found
+            if m
+        ),
+    ]
+
+
+_RUN_KEYS = {
+    f"{LABEL}/{key}" for key in ("run-id", "source-table", "task", "from-snapshot", "to-snapshot", "backlog-rows")
+}
+
+
+def _shared_runs(text: str) -> dict[str, dict[str, str]]:
+    """The ``shared-runs`` annotation read back: each consumer's run annotations; what is not one is left out."""
+    try:
+        parsed = json.loads(text) if 0 < len(text) <= 65536 else {}
+    except ValueError:
+        return {}
+    if not isinstance(parsed, dict):
+        return {}
+    return {
+        name: {
+            f"{LABEL}/{k}": v
+            for k, v in run.items()
+            if f"{LABEL}/{k}" in _RUN_KEYS and isinstance(v, str) and len(v) <= 512
+        }
+        for name, run in parsed.items()
+        if isinstance(run, dict)
+    }

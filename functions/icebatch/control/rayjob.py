@@ -13,12 +13,14 @@
 - **Environment**: the job's settings (``Settings.job_environment``) and its consumer, task included.
 - **Shared**: consumers of one model due at the same launch share one job (``JobSpec.riders``,
   ``icebatch_job.shared``): it is named and labelled for the first, its ``shared-with`` annotation names the others'
-  ranges (``icebatch.control.jobs.members``), and its entrypoint takes their runs with ``--with``.
+  ranges (``icebatch.control.jobs.members``), ``shared-runs`` what its own annotations say of the first run for each
+  of theirs (so that reconciliation reports each), and its entrypoint takes their runs with ``--with``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -249,18 +251,34 @@ def _worker(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dic
     }
 
 
+def run_annotations(spec: JobSpec) -> dict[str, str]:
+    """What the job's annotations say of one run (``LABEL/<key>``): its id, table, task and range."""
+    return {
+        "run-id": spec.run_id,
+        "source-table": spec.consumer.source_table,
+        "task": f"{spec.consumer.task.name}@v{spec.consumer.task_version}",
+        "from-snapshot": _snapshot(spec.from_snapshot),
+        "to-snapshot": str(spec.to_snapshot),
+        "backlog-rows": str(spec.backlog_rows),
+    }
+
+
+def shared_runs(spec: JobSpec) -> str:
+    """The ``shared-runs`` annotation: each rider's ``run_annotations``, by consumer (``jobs.members`` reads it)."""
+    return json.dumps({r.consumer.name: run_annotations(r) for r in spec.riders}, sort_keys=True, separators=(",", ":"))
+
+
 def build_rayjob_manifest(settings: Settings, spec: JobSpec) -> dict[str, Any]:
     """The RayJob for one launch (validated against the KubeRay v1.6.1 and v1.7.0 CRDs in the tests)."""
     env = job_env(settings, spec)
     annotations = {
-        f"{LABEL}/run-id": spec.run_id,
-        f"{LABEL}/source-table": spec.consumer.source_table,
-        f"{LABEL}/task": f"{spec.consumer.task.name}@v{spec.consumer.task_version}",
-        f"{LABEL}/from-snapshot": "none" if spec.from_snapshot is None else str(spec.from_snapshot),
-        f"{LABEL}/to-snapshot": str(spec.to_snapshot),
-        f"{LABEL}/backlog-rows": str(spec.backlog_rows),
+        **{f"{LABEL}/{key}": value for key, value in run_annotations(spec).items()},
         f"{LABEL}/trigger": spec.trigger,
-        **({f"{LABEL}/shared-with": shared_with(spec)} if spec.riders else {}),
+        **(
+            {f"{LABEL}/shared-with": shared_with(spec), f"{LABEL}/shared-runs": shared_runs(spec)}
+            if spec.riders
+            else {}
+        ),
     }
     start_deadline = settings.kubernetes.job_start_deadline_seconds
     return {

@@ -8,6 +8,7 @@ terminal job not yet marked ``icebatch.io/reported``:
   with the rows its run has committed so far (the chunks stay; the next launch resumes the run); unless
   another run, started from the same watermark, completed the range: the job lost a race (its own exit
   status said "conflict"), which is not a failure and pages no one;
+- a shared job (``icebatch.control.jobs.members``): the same for each consumer's run in it, from its own annotations;
 - then mark it reported (an annotation), so the next night does not report it again.
 
 The reporter is idempotent per run, so a job that did report its own failure is not reported twice.
@@ -22,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from icebatch.control.backends import JobBackend
-from icebatch.control.jobs import JobState
+from icebatch.control.jobs import JobState, members
 from icebatch.control.rayjob import LABEL
 from icebatch.core.bus import EventPublisher
 from icebatch.core.consumers import Consumer
@@ -149,6 +150,13 @@ class Reconciler:
         return self.summary
 
     def report_once(self, job: JobState) -> None:
+        """A job that ended: a failure reported for each of its runs (a shared job's too) that did not complete."""
+        for run in members(job):
+            self.report_run(run)
+        self.backend.annotate(job.name, {REPORTED: "true", REPORTED_AT: self.now.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        self.summary.marked.append(job.name)
+
+    def report_run(self, job: JobState) -> None:
         consumer = self.consumers.get(job.consumer or "")
         run_id = job.annotations.get(f"{LABEL}/run-id")
         if consumer is None:
@@ -159,16 +167,15 @@ class Reconciler:
                 winner = covered_by(ledger, job, consumer)
                 if winner is not None:
                     log.info(
-                        "job %s ended failed, but run %s completed its range from the same watermark: a race "
+                        "job %s ended failed, but run %s completed %s's range from the same watermark: a race "
                         "it lost, not reported as a failure",
                         job.name,
                         winner,
+                        consumer.name,
                     )
                 else:
                     self.publisher.publish(failure_event(job, consumer, self.settings, self.now, ledger.pending()))
                     self.summary.reported_failures.append(job.name)
-        self.backend.annotate(job.name, {REPORTED: "true", REPORTED_AT: self.now.strftime("%Y-%m-%dT%H:%M:%SZ")})
-        self.summary.marked.append(job.name)
 
     def expired(self, job: JobState) -> bool:
         ended = _time(job.end_time) or _time(job.annotations.get(REPORTED_AT))
