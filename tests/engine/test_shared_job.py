@@ -25,12 +25,13 @@ ENGINE_ACTOR = ":actor_name:MapWorker(MapBatches(vLLMEngineStageUDF))"  # Ray's 
 
 
 def _unanswerable_task(folder: Path) -> Path:
-    """The triage task, but its summary's pattern has a look-ahead: valid JSON Schema (a Python regex), which the
-    engine's structured output refuses for every row."""
+    """The triage task, but its summary's pattern has an anchor mid-way (``$`` before more): valid JSON Schema (a
+    Python regex) that the task's own check lets through (it refuses look-around and the like), which the engine's
+    structured output refuses for every row."""
     task = json.loads((TASKS / "triage.json").read_text())
-    task["name"] = "lookahead"
-    task["output_schema"]["properties"]["summary"]["pattern"] = "^(?=T)[A-Za-z ]+$"
-    path = folder / "lookahead.json"
+    task["name"] = "midanchor"
+    task["output_schema"]["properties"]["summary"]["pattern"] = "^[A-Za-z ]+$[.]?"
+    path = folder / "midanchor.json"
     path.write_text(json.dumps(task))
     return path
 
@@ -50,7 +51,7 @@ def test_consumers_of_one_model_share_one_engine_and_a_failing_one_fails_alone(
         folder,
         {"name": "triage", "cost_reference": "off"},
         {"name": "privacy", "task": "privacy", "cost_reference": "off"},
-        {"name": "lookahead", "task": _unanswerable_task(tmp_path), "cost_reference": "off"},
+        {"name": "midanchor", "task": _unanswerable_task(tmp_path), "cost_reference": "off"},
     )
     s = own_settings.with_overrides(consumers_file=consumers)
     table = ensure_source_table(open_catalog(s), s.catalog.source_table)
@@ -68,7 +69,7 @@ def test_consumers_of_one_model_share_one_engine_and_a_failing_one_fails_alone(
         "--with",
         "privacy",
         "--with",
-        "lookahead",
+        "midanchor",
     ]
     job = subprocess.run(
         [sys.executable, *command],
@@ -84,20 +85,20 @@ def test_consumers_of_one_model_share_one_engine_and_a_failing_one_fails_alone(
     assert job.returncode == 1, job.stderr[-4000:]
     document = json.loads(job.stdout)
     runs = {r["consumer"]: r for r in [document, *document["shared"]]}
-    assert (runs["triage"]["status"], runs["privacy"]["status"], runs["lookahead"]["status"]) == (
+    assert (runs["triage"]["status"], runs["privacy"]["status"], runs["midanchor"]["status"]) == (
         "completed",
         "completed",
         "failed",
     )
-    assert "refuses task 'lookahead''s output_schema" in runs["lookahead"]["reason"]
+    assert "refuses task 'midanchor''s output_schema" in runs["midanchor"]["reason"]
     # and triage and privacy labelled every ticket exactly once, each in its own results table (counted from the
     # tables), while the failed consumer committed nothing and its rows wait for its next run
     source_ids = {str(i) for i in open_catalog(s).load_table(s.catalog.source_table).scan().to_arrow()["ticket_id"]}
-    for name in ("triage", "privacy", "lookahead"):
+    for name in ("triage", "privacy", "midanchor"):
         ledger = open_ledger(s, consumer_named(load_consumers(s), name))
         results = ledger.results()
         verdicts = results.scan().to_arrow()["source_id"].to_pylist() if results is not None else []
-        if name == "lookahead":
+        if name == "midanchor":
             assert verdicts == [] and ledger.backlog().rows == 70
         else:
             assert sorted(verdicts) == sorted(source_ids) and len(verdicts) == 70, name
@@ -107,13 +108,13 @@ def test_consumers_of_one_model_share_one_engine_and_a_failing_one_fails_alone(
         e["detail"]["consumer"]: e["detail"] for e in read_events(s) if e["detail-type"] == "Batch Job Completed"
     }
     failed = [e["detail"] for e in read_events(s) if e["detail-type"] == "Batch Job Failed"]
-    assert [f["consumer"] for f in failed] == ["lookahead"]
+    assert [f["consumer"] for f in failed] == ["midanchor"]
     shares = {name: e["cost"]["share"] for name, e in completed.items()}
     assert shares.keys() == {"triage", "privacy"} and 0.99 < sum(shares.values()) <= 1.0
-    assert 0 < shares["triage"] < 1 and set(completed["triage"]["shared_with"]) == {"privacy", "lookahead"}
+    assert 0 < shares["triage"] < 1 and set(completed["triage"]["shared_with"]) == {"privacy", "midanchor"}
     assert completed["privacy"]["cost"]["sharing_saved"] > 0
     report = (s.home / "reports" / f"{runs['privacy']['run_id']}.completed.txt").read_text()
     assert f"paid {shares['privacy']:.0%} of the node by tokens" in report
     triage = consumer_named(load_consumers(s), "triage")
     notes = {r.run_id: r.note for r in ledger_rows(open_ledger(s, triage), triage, s)}
-    assert "one engine with privacy, lookahead" in notes[runs["triage"]["run_id"]]
+    assert "one engine with privacy, midanchor" in notes[runs["triage"]["run_id"]]

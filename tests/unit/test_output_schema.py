@@ -222,3 +222,42 @@ def test_whatever_the_task_accepts_satisfies_its_schema_and_what_it_refuses_does
     assert (verdict is not None) == holds, (answer, properties, required, reason)
     if verdict is not None:
         assert {k: v for k, v in verdict.items() if v is not None or k in answer} == answer
+
+
+REFUSED_BY_STRUCTURED_OUTPUT = [
+    r"^(?=T)[A-Za-z ]+$",
+    r"^(?!x)[a-z]+$",
+    r"(?<=a)b",
+    r"(?<!a)b",
+    r"\bword\b",
+    r"\Bfoo",
+    r"(a)\1",
+    r"(?P<n>a)(?P=n)",
+    r"(?>ab)c",
+    r"ab\Z",
+    r"[\b]x",
+]
+ENFORCEABLE = [r"^[A-Z]{2}$", r"[(?=]x", r"[]b]+", r"[^]b]+", r"\(?=x", r"(?:ab)+", r"(?P<x>ab)", r"\d{3}"]
+
+
+def _guidance_refuses(pattern: str) -> bool:
+    """The engine's structured-output library (vLLM's guidance backend) on a schema with this pattern."""
+    from llguidance import LLMatcher
+
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}, "required": ["s"]}
+    return bool(LLMatcher.validate_grammar(LLMatcher.grammar_from_json_schema(json.dumps(schema)), None))
+
+
+@pytest.mark.parametrize("pattern", REFUSED_BY_STRUCTURED_OUTPUT)
+def test_a_pattern_structured_output_cannot_enforce_is_refused_when_the_task_loads(pattern: str) -> None:
+    # given a pattern Python compiles but the engine's structured output refuses (so every row of a run would fail)
+    assert re.compile(pattern) and _guidance_refuses(pattern)
+    # then the task does not load, and says which construct to remove
+    with pytest.raises(ValueError, match=r"uses .+, which the engine's structured output cannot enforce"):
+        task({"s": {"type": "string", "pattern": pattern}})
+
+
+@pytest.mark.parametrize("pattern", ENFORCEABLE)
+def test_a_pattern_structured_output_enforces_loads(pattern: str) -> None:
+    assert not _guidance_refuses(pattern)
+    assert task({"s": {"type": "string", "pattern": pattern}}).output_schema["properties"]["s"]["pattern"] == pattern

@@ -279,6 +279,12 @@ def _check_property(name: str, prop: Any) -> None:
             re.compile(prop["pattern"])
         except re.error as e:
             raise ValueError(f"{where}: pattern {prop['pattern']!r} is not a regular expression ({e})") from None
+        if (construct := unenforceable(prop["pattern"])) is not None:
+            raise ValueError(
+                f"{where}: pattern {prop['pattern']!r} uses {construct}, which the engine's structured output cannot "
+                "enforce (its regular expressions have no look-around, backreferences, word boundaries, atomic "
+                "groups or conditionals): every row would fail. Write the pattern without it"
+            )
     bare = {k: v for k, v in prop.items() if k not in ("enum", "const")}
     validator = Draft202012Validator(bare, format_checker=FormatChecker(FORMATS))
     values = [*prop.get("enum", []), *([prop["const"]] if "const" in prop else [])]
@@ -288,6 +294,52 @@ def _check_property(name: str, prop: Any) -> None:
     if "enum" in prop and "const" in prop and prop["const"] not in prop["enum"]:
         raise ValueError(f"{where}: const {prop['const']!r} is not in its enum: no answer can satisfy both")
     _check_bounds(where, prop)
+
+
+# group openings and escapes a regular expression may use that structured output's (the guidance backend's, a Rust
+# regex without look-around) refuses; the engine would refuse the task at its first row, after the start-up was paid
+_GROUPS = {
+    "(?=": "a look-ahead `(?=`",
+    "(?!": "a negative look-ahead `(?!`",
+    "(?<=": "a look-behind `(?<=`",
+    "(?<!": "a negative look-behind `(?<!`",
+    "(?P=": "a named backreference `(?P=`",
+    "(?>": "an atomic group `(?>`",
+    "(?(": "a conditional `(?(`",
+    "(?#": "a comment `(?#`",
+}
+_ESCAPES = {
+    "b": "`\\b` (a word boundary; in a class, a backspace)",
+    "B": "a non-boundary `\\B`",
+    "Z": "`\\Z`",
+    "G": "`\\G`",
+}
+_DIGITS = set("123456789")  # \1 to \9: a backreference (\0 is a character)
+
+
+def unenforceable(pattern: str) -> str | None:
+    """The first construct of ``pattern`` (outside character classes) that structured output cannot enforce."""
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            escaped = pattern[i + 1 : i + 2]
+            if escaped in _ESCAPES or (not in_class and escaped in _DIGITS):
+                return _ESCAPES.get(escaped, f"a backreference `\\{escaped}`")
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            i += 2 if pattern[i + 1 : i + 2] == "]" else 3 if pattern[i + 1 : i + 3] == "^]" else 1  # a literal `]`
+            continue
+        elif c == "(":
+            found = next((name for opening, name in _GROUPS.items() if pattern.startswith(opening, i)), None)
+            if found is not None:
+                return found
+        i += 1
+    return None
 
 
 def _check_bounds(where: str, prop: dict[str, Any]) -> None:
