@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from icebatch.core.bus import EventPublisher, load_publisher
 from icebatch.core.consumers import Consumer, consumer_named, load_consumers
+from icebatch.core.costs.before_job import BeforeJob, split
 from icebatch.core.costs.estimate import run_cost
 from icebatch.core.costs.report import completed_text, incremental_state
 from icebatch.core.errors import IcebatchError, TransientError, WatermarkConflictError
@@ -191,7 +192,7 @@ class JobRun:
     linger: Linger | None = None  # decided when the range is drained, before its last commit
     job_started: float = field(default_factory=time.monotonic)  # the job's, not the run's (a lingering job's runs)
     sharing: Sharing | None = None  # a shared job's runs (``icebatch_job.shared``): how they split the node
-    before_job_seconds: float = 0.0  # the launch to this process (``before_the_job``); a run taken warm: none
+    before_job: BeforeJob = field(default_factory=BeforeJob)  # the launch to this process (``before_the_job``)
 
     @property
     def elapsed(self) -> float:
@@ -211,7 +212,7 @@ class JobRun:
             attempt_seconds=self.elapsed,
             engine_seconds=self.timing.engine_seconds,
             started_at=self.started.isoformat(),
-            before_job_seconds=self.before_job_seconds,
+            before_job=self.before_job,
             first_result_seconds=self.timing.first_result_seconds,
             engine_startup_seconds=self.timing.startup_seconds,
             model=self.model,
@@ -253,7 +254,7 @@ def run_job(
         out,
         open_ledger(settings, consumer),
         interrupts,
-        before_job_seconds=before_the_job(settings),
+        before_job=before_the_job(settings),
     )
     result = run_range(run)
     if run.linger is not None and run.linger.keeps:
@@ -261,20 +262,33 @@ def run_job(
     return result
 
 
-def before_the_job(settings: Settings) -> float:
-    """Seconds from the launcher's submission (``ICEBATCH_JOB_LAUNCHED_AT``) to now, the job's start: the GPU node,
-    the image pull and the Ray cluster's start, which the node is billed for too. 0 for a job run by hand, and for one
-    that starts later than a cluster may take to come up (``ICEBATCH_JOB_START_DEADLINE_SECONDS``): a KubeRay retry
-    of the same RayJob, whose first attempt's time its own report holds."""
-    launched = settings.top.job_launched_at
+def before_the_job(settings: Settings) -> BeforeJob:
+    """The launcher's submission (``ICEBATCH_JOB_LAUNCHED_AT``) to now, the job's start: the GPU node, the image pull
+    and the Ray cluster's start, which the node is billed for too; split at this node's boot and its container's
+    start (``engine_node_split`` splits it again at the GPU node's, once Ray is up). None for a job run by hand, and
+    for one that starts later than a cluster may take to come up (``ICEBATCH_JOB_START_DEADLINE_SECONDS``): a KubeRay
+    retry of the same RayJob, whose first attempt's time its own report holds."""
+    from icebatch_job.process.node_clock import node_clock
+
+    launched, now = settings.top.job_launched_at, time.time()
     if launched is None:
-        return 0.0
-    seconds = time.time() - launched
+        return BeforeJob()
     limit = settings.kubernetes.job_start_deadline_seconds or settings.kubernetes.job_deadline_seconds
-    if not 0 <= seconds <= limit:
-        log.info("not billing %.0f s before the job: more than a cluster takes to start (a retry)", seconds)
-        return 0.0
-    return seconds
+    if not 0 <= now - launched <= limit:
+        log.info("not billing %.0f s before the job: more than a cluster takes to start (a retry)", now - launched)
+        return BeforeJob()
+    return split(launched, now, *node_clock())
+
+
+def engine_node_split(runs: list[JobRun]) -> None:
+    """Split the runs' time before the job again where the GPU node the engine runs on says it went (Ray is up)."""
+    from icebatch_job.process.node_clock import engine_node_clock
+
+    launched, before = runs[0].settings.top.job_launched_at, runs[0].before_job
+    if launched is None or not before.seconds or (clock := engine_node_clock()) is None:
+        return
+    for run in runs:
+        run.before_job = split(launched, launched + before.seconds, *clock)
 
 
 def run_range(run: JobRun) -> JobResult:
@@ -510,9 +524,10 @@ def start(run: JobRun) -> BuiltPipeline:
 
 
 @contextmanager
-def start_ray(run: JobRun) -> Iterator[int]:
-    """Ray up for ``run`` (its chunk, model and device decided); yields how many finished rows make a commit. The
-    driver imports what the pipeline's build needs while Ray starts, till the block ends."""
+def start_ray(run: JobRun, also: Sequence[JobRun] = ()) -> Iterator[int]:
+    """Ray up for ``run`` (its chunk, model and device decided) and the runs it shares its engine with (``also``);
+    yields how many finished rows make a commit. The driver imports what the pipeline's build needs while Ray starts,
+    till the block ends."""
     from icebatch_job.commit.window import chunk_size, commit_every
     from icebatch_job.process.runtime import init_ray, prepare_environment
     from icebatch_job.process.warm_imports import imports_in_background
@@ -547,6 +562,7 @@ def start_ray(run: JobRun) -> Iterator[int]:
         )
         if run.interrupts is not None:
             run.interrupts.install()  # again: ray.init sets its own SIGTERM handler (sys.exit)
+        engine_node_split([run, *also])
         yield every
 
 

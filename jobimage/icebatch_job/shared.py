@@ -105,7 +105,7 @@ def run_shared(
     for r in requests:
         consumer = consumer_named(consumers, r.consumer)
         ledger = open_ledger(settings, consumer)
-        runs.append(JobRun(settings, consumer, r, publisher, out, ledger, interrupts, before_job_seconds=before))
+        runs.append(JobRun(settings, consumer, r, publisher, out, ledger, interrupts, before_job=before))
     models = {c.model_source(settings) for c in (run.consumer for run in runs)}
     if len(models) > 1 and settings.engine.engine_mode == "engine":
         raise ConfigError(
@@ -185,7 +185,7 @@ def _through_one_engine(runs: list[JobRun], members: list[int]) -> dict[int, Job
         run.sharing, run.timing, run.job_started = sharing, first.timing, first.job_started
     results: dict[int, JobResult] = {}
     try:
-        with start_ray(first) as every:
+        with start_ray(first, also=runs[1:]) as every:
             first.device = detect_device(first.settings)
             for run in runs[1:]:
                 run.stage, run.chunk_rows, run.model, run.device = "start", first.chunk_rows, first.model, first.device

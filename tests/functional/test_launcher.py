@@ -12,9 +12,11 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -929,6 +931,61 @@ def test_the_time_before_the_jobs_process_is_measured_from_the_launch_and_billed
         assert before <= seconds < before + 30 and recorded.number(Key.BEFORE_JOB_SECONDS) == round(seconds, 3)
         assert result.completed.cost.gpu_lifetime_seconds >= seconds + result.completed.job_seconds
         report = (s.home / "reports" / f"{d['run_id']}.completed.txt").read_text()
-        assert "before the job" in report and "(GPU node, image pull, Ray cluster)" in report
+        # this machine was up before the launch: no node start, no image pull, all of it before the process
+        assert (result.completed.before_job_node_seconds, result.completed.before_job_image_seconds) == (0, 0)
+        assert re.search(
+            r"before the job +: 9\d\.\d s \(GPU node 0\.0 s, joining and image pull 0\.0 s, Ray cluster 9", report
+        )
     else:
         assert seconds == 0 and Key.BEFORE_JOB_SECONDS not in recorded.properties
+        assert Key.BEFORE_JOB_NODE_SECONDS not in recorded.properties
+
+
+def _kernel_clock() -> tuple[int, float]:
+    """This machine's boot (/proc/stat's btime) and its PID 1's start (/proc/1/stat's starttime, in clock ticks
+    after the boot), read here from the kernel's files, not through the library the job uses."""
+    btime = next(
+        int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+    )
+    ticks = int(Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return btime, btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_time_before_the_job_is_split_where_the_nodes_kernel_says_it_went(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    from icebatch.core.ledger import Key
+    from icebatch_job.job import JobRequest, run_job
+    from pyiceberg.expressions import In
+
+    # given a launch, two rows deleted since a consumer labelled 60
+    s, ledger, ids = _labelled_on_kuberay(settings, k8s, aws_endpoint)
+    ledger.source().delete(In("ticket_id", ids[:2]))
+    d = decide(s, event("glue-table-change.json"))
+    # when its job's process runs on a node that booted 30 s after the launch (this machine, launched 30 s before
+    # its boot: a node Karpenter started for the job), within the start deadline
+    booted, container = _kernel_clock()
+    launched = booted - 30
+    if time.time() - launched > 7 * 86400 - 60:
+        pytest.skip("this machine has been up longer than a RayJob may take to start")
+    pod = s.with_overrides(
+        job_engine="off",
+        job_consumer=load_consumers(s)[0].to_json(),
+        job_launched_at=launched,
+        job_start_deadline_seconds=7 * 86400,
+    )
+    request = JobRequest(run_id=d["run_id"], to_snapshot=d["current_snapshot_id"], rayjob_name=d["job_name"])
+    result = run_job(pod, request, out=lambda _: None)
+    # then the run records 30 s to the node's boot, then to its container's start, the rest to the Ray cluster,
+    # adding up to the whole, in the ledger, the event and the report
+    done = result.completed
+    assert done is not None and done.before_job_node_seconds is not None and done.before_job_image_seconds is not None
+    assert done.before_job_node_seconds == pytest.approx(30, abs=0.01)
+    assert done.before_job_image_seconds == pytest.approx(container - booted, abs=0.05)
+    recorded = next(r for r in ledger.runs() if r.run_id == d["run_id"])
+    assert recorded.number(Key.BEFORE_JOB_NODE_SECONDS) == pytest.approx(30, abs=0.01)
+    assert recorded.number(Key.BEFORE_JOB_IMAGE_SECONDS) == pytest.approx(container - booted, abs=0.05)
+    ray_seconds = done.before_job_seconds - 30 - (container - booted)
+    assert 0 < ray_seconds < done.before_job_seconds
+    report = (s.home / "reports" / f"{d['run_id']}.completed.txt").read_text()
+    assert "(GPU node 30.0 s, joining and image pull " in report

@@ -150,6 +150,20 @@ class BatchJobCompleted(_Detail):
         description="From the launch to the job's process: the GPU node, the image pull, the Ray cluster's start "
         "(every attempt's; billed in cost.gpu_lifetime_seconds; 0: not measured, e.g. a job run by hand)",
     )
+    before_job_node_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=86_400,
+        description="Of before_job_seconds, the launch to the boot of the GPU node the engine ran on (0: it was up "
+        "already; null: not measured)",
+    )
+    before_job_image_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=86_400,
+        description="Of before_job_seconds, that node's boot to its container's start: the node joining the cluster "
+        "and the job image's pull (null: not measured); the rest is the Ray cluster's start",
+    )
     shared_with: list[ConsumerName] = Field(
         default_factory=list,
         max_length=MAX_SHARED,
@@ -244,6 +258,10 @@ def envelope(
     }
 
 
+def _day(seconds: float | None) -> float | None:
+    return None if seconds is None else min(seconds, 86_400)
+
+
 def completed_event(
     plan: RunPlan,
     totals: RunTotals,
@@ -297,6 +315,8 @@ def completed_event(
         linger_seconds=totals.linger_seconds,
         shared_with=list(totals.shared_with),
         before_job_seconds=min(totals.before_job_seconds, 86_400),
+        before_job_node_seconds=_day(totals.before_job_node_seconds),
+        before_job_image_seconds=_day(totals.before_job_image_seconds),
         started_at=started,
         finished_at=finished_at,
     )

@@ -22,10 +22,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from icebatch.core.costs.before_job import BeforeJob
 from icebatch.core.errors import IncompleteRunError, TaskSpecError, TooManyErrorsError
 from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger import Chunk, CommitResult, Key, ProgressRaceError, ResultsLedger, RunPlan, RunTotals
 from icebatch.core.ledger.results_table import STATUS_ERROR, results_arrow_schema, results_schema, source_id_type
+from icebatch.core.ledger.summary import RunRecord
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.commit.done import SOURCE_FILE_COLUMN, SOURCE_POS_COLUMN, DoneRows, committed_rows
@@ -94,7 +96,7 @@ def run_totals(
     attempt_seconds: float,
     engine_seconds: float = 0.0,
     started_at: str = "",
-    before_job_seconds: float = 0.0,
+    before_job: BeforeJob = BeforeJob(),
     **measured: Any,
 ) -> RunTotals:
     """The run's totals for a commit: the rows committed (``stats``, earlier attempts' included) and the time
@@ -107,9 +109,25 @@ def run_totals(
         started_at=(head.text(Key.STARTED_AT) if head else "") or started_at,
         attempts=(prior.attempts if prior else 0) + 1,
         rows_redone=(int(head.number(Key.ROWS_REDONE)) if head else 0) + redone,
-        before_job_seconds=(head.number(Key.BEFORE_JOB_SECONDS) if head else 0.0) + before_job_seconds,
+        **_before_job_fields(recorded_before_job(head) + before_job),
         **measured,
     )
+
+
+def recorded_before_job(head: RunRecord | None) -> BeforeJob:
+    """What the run's earlier attempts spent before their jobs, as their last commit recorded it."""
+    if head is None:
+        return BeforeJob()
+    node, image = head.measured(Key.BEFORE_JOB_NODE_SECONDS), head.measured(Key.BEFORE_JOB_IMAGE_SECONDS)
+    return BeforeJob(head.number(Key.BEFORE_JOB_SECONDS), node, image)
+
+
+def _before_job_fields(before: BeforeJob) -> dict[str, Any]:
+    return {
+        "before_job_seconds": before.seconds,
+        "before_job_node_seconds": before.node_seconds,
+        "before_job_image_seconds": before.image_seconds,
+    }
 
 
 @dataclass(frozen=True)

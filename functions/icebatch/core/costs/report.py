@@ -113,11 +113,7 @@ def tokenomics(e: BatchJobCompleted, prices: tuple[BatchPrice, ...] = ()) -> str
             _line("input tokens", f"{e.tokens.input:,} ({per_row_in:.1f} per row)"),
             _line("output tokens", f"{e.tokens.output:,} ({per_row_out:.1f} per row)"),
             _line("engine wall time", engine),
-            *(
-                [_line("before the job", f"{_duration(e.before_job_seconds)} (GPU node, image pull, Ray cluster)")]
-                if e.before_job_seconds
-                else []
-            ),
+            *([_line("before the job", _before_job(e))] if e.before_job_seconds else []),
             _line("job wall time", _duration(e.job_seconds)),
             _line("GPU-hours (engine)", f"{c.engine_gpu_seconds / 3600:.4f}"),
             _line(
@@ -212,6 +208,18 @@ def failed_text(e: BatchJobFailed) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _before_job(e: BatchJobCompleted) -> str:
+    """The time before the job's process, and where it went where the job measured it (``core.costs.before_job``)."""
+    total = _duration(e.before_job_seconds)
+    if e.before_job_node_seconds is None or e.before_job_image_seconds is None:
+        return f"{total} (GPU node, image pull, Ray cluster)"
+    ray = max(0.0, e.before_job_seconds - e.before_job_node_seconds - e.before_job_image_seconds)
+    return (
+        f"{total} (GPU node {_duration(e.before_job_node_seconds)}, joining and image pull "
+        f"{_duration(e.before_job_image_seconds)}, Ray cluster {_duration(ray)})"
+    )
 
 
 def _on_cpu(e: BatchJobCompleted) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from icebatch.core.costs.before_job import BeforeJob
 from icebatch.core.costs.instances import BillingRate
 from icebatch.core.errors import WatermarkError
 from icebatch.core.ledger.columns import parse_field_ids
@@ -95,6 +96,9 @@ class Key:
     # what came before the job's process (the launch to its start: the GPU node, the image pull, the Ray cluster),
     # measured by the job from the launcher's submission time (``ICEBATCH_JOB_LAUNCHED_AT``), summed over attempts
     BEFORE_JOB_SECONDS = PREFIX + "before-job-seconds"
+    # where it went (``icebatch.core.costs.before_job``): to the node's boot, then to its container's start (the image)
+    BEFORE_JOB_NODE_SECONDS = PREFIX + "before-job-node-seconds"
+    BEFORE_JOB_IMAGE_SECONDS = PREFIX + "before-job-image-seconds"
     SHARED_WITH = PREFIX + "shared-with"
 
 
@@ -147,6 +151,12 @@ class RunTotals:
     share: float = 1.0  # the part of its job's node the run pays: a shared job's runs split it by tokens
     shared_with: tuple[str, ...] = ()  # the other consumers whose runs the job took through the same engine
     before_job_seconds: float = 0.0  # from the launch to the job's process (node, image, Ray cluster), every attempt
+    before_job_node_seconds: float | None = None  # of which to the GPU node's boot (None: not measured)
+    before_job_image_seconds: float | None = None  # then to its container's start: joining, the image pull
+
+    @property
+    def before_job(self) -> BeforeJob:
+        return BeforeJob(self.before_job_seconds, self.before_job_node_seconds, self.before_job_image_seconds)
 
     def summary(self) -> dict[str, str]:
         props = {
@@ -173,6 +183,9 @@ class RunTotals:
             props[Key.LINGER_SECONDS] = f"{self.linger_seconds:.3f}"
         if self.before_job_seconds:
             props[Key.BEFORE_JOB_SECONDS] = f"{self.before_job_seconds:.3f}"
+            if self.before_job_node_seconds is not None and self.before_job_image_seconds is not None:
+                props[Key.BEFORE_JOB_NODE_SECONDS] = f"{self.before_job_node_seconds:.3f}"
+                props[Key.BEFORE_JOB_IMAGE_SECONDS] = f"{self.before_job_image_seconds:.3f}"
         if self.shared_with:
             props[Key.SHARE] = f"{self.share:.6f}"
             props[Key.SHARED_WITH] = ",".join(self.shared_with)
@@ -228,6 +241,11 @@ class RunRecord:
             return default
         return value if math.isfinite(value) and value >= 0 else default
 
+    def measured(self, key: str) -> float | None:
+        """A figure that is only there when it was measured: None when it is missing or unreadable."""
+        value = self.number(key, -1.0)
+        return None if value < 0 else value
+
     def count(self, key: str, default: int) -> int:
         """A figure the protocol acts on (a chunk's range and position): missing = the default, corrupt = an error."""
         value = self.properties.get(key)
@@ -269,6 +287,8 @@ class RunRecord:
             share=self.share,
             shared_with=tuple(n for n in self.text(Key.SHARED_WITH).split(",") if n),
             before_job_seconds=self.number(Key.BEFORE_JOB_SECONDS),
+            before_job_node_seconds=self.measured(Key.BEFORE_JOB_NODE_SECONDS),
+            before_job_image_seconds=self.measured(Key.BEFORE_JOB_IMAGE_SECONDS),
         )
 
 
