@@ -897,6 +897,31 @@ def test_consumers_whose_runs_pay_only_together_launch_together(
     assert launched[0]["job_name"] == launched[1]["job_name"] and len(k8s.names()) == 1
 
 
+def test_a_consumer_its_budget_refuses_leaves_the_group_and_the_other_is_priced_without_its_rows(
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+) -> None:
+    # given two consumers of one model, each with the default cost gate, triage with a budget per run below any run
+    entries = (
+        {"name": "triage", "backlog_threshold": 50, "cost_reference": "cheapest", "budget": {"max_usd_per_run": 1e-6}},
+        {"name": "privacy", "task": "privacy", "backlog_threshold": 50, "cost_reference": "cheapest"},
+    )
+    s = kube(settings, k8s, aws_endpoint, *entries)
+    tickets(s, 60)
+    waiting = invoke("launcher", event("glue-table-change.json"), s)["decisions"]
+    # and as many rows as make their runs pay together (one start-up for both), but not privacy's alone
+    together = waiting[1]["rows_to_pay"]
+    assert together is not None
+    tickets(s, -(-together // 2) - 60, seed=2)
+    # when the next commit's event arrives
+    decided = {d["consumer"]: d for d in invoke("launcher", event("glue-table-change.json"), s)["decisions"]}
+    # then triage's budget refuses its run, and privacy, priced alone (the job it would run), waits: its price is
+    # not the one of a job with triage's rows, which will not run
+    assert decided["triage"]["decision"] == "skip" and decided["triage"]["over_budget"], decided["triage"]
+    privacy = decided["privacy"]
+    assert privacy["decision"] == "wait" and "priced with" not in privacy["reason"], privacy
+    assert privacy["rows_to_pay"] > together and k8s.names() == []
+
+
 @pytest.mark.parametrize(("before", "billed"), [(95, True), (4000, False)])
 def test_the_time_before_the_jobs_process_is_measured_from_the_launch_and_billed(
     settings: Settings, k8s: RayJobApi, aws_endpoint: str, before: int, billed: bool

@@ -154,8 +154,7 @@ def launch(
         known = ", ".join(c.name for c in consumers)
         raise InvalidEventError(f"no consumer named {str(trigger.consumer)[:40]!r} (known: {known})")
     ctx = Context(settings, catalog, backend, publisher, now or datetime.now(UTC))
-    seen = priced_together(selected, {c.name: observe(trigger, c, ctx) for c in selected}, settings)
-    decided = [decide_consumer(trigger, consumer, seen[consumer.name], ctx) for consumer in selected]
+    decided = decide_together(trigger, selected, {c.name: observe(trigger, c, ctx) for c in selected}, ctx)
     outcomes: dict[str, LaunchOutcome] = {}
     for group in sharing(decided, settings):
         outcomes.update(launch_group(trigger, group, ctx))
@@ -183,6 +182,24 @@ def priced_together(
     for name, (check, others) in shared_prices(members, settings).items():
         priced[name] = replace(seen[name], cost=check, priced_with=", ".join(others))
     return priced
+
+
+def decide_together(
+    trigger: Trigger, consumers: list[Consumer], observed: dict[str, Observation], ctx: Context
+) -> list[Decided]:
+    """Each consumer's decision, those that would share a job priced together (``priced_together``). A consumer priced
+    with others that does not launch (its gate waits, its budget refuses) leaves the group, and the others are priced
+    again without its rows, until every group priced is the job that would run."""
+    final: dict[str, Decided] = {}
+    pool = list(consumers)
+    while True:
+        seen = priced_together(pool, observed, ctx.settings)
+        decided = {c.name: decide_consumer(trigger, c, seen[c.name], ctx) for c in pool}
+        left = {n for n, d in decided.items() if d.seen.priced_with and d.gate.decision not in ("launch", "dry_run")}
+        final.update(decided)
+        if not left:
+            return [final[c.name] for c in consumers]
+        pool = [c for c in pool if c.name not in left]
 
 
 def decide_consumer(trigger: Trigger, consumer: Consumer, seen: Observation, ctx: Context) -> Decided:
