@@ -13,8 +13,8 @@ Policies: ``per crossing`` (today: a job per threshold crossing, one consumer ea
 cost gate); ``linger`` (a drained job keeps its node while ``lease.keeps_node`` says arriving rows pay for it, judged
 at each consumer's reference price even where the gate is off);
 ``gate and linger`` (a lingering job starts its engine again for each range, ``WARM_ENGINE_SECONDS``);
-``sharing`` (consumers due together run in one job, priced together by the gate); ``all three``; ``gate, sharing,
-linger alone`` (the product: a shared job does not linger, ``icebatch_job.shared``). Scenarios: a start-up of 90 s
+``sharing`` (consumers due together run in one job, priced together by the gate); ``all three`` (the product: a
+shared job lingers for all its consumers, ``icebatch_job.shared``). Scenarios: a start-up of 90 s
 and of 300 s, on an L4 (g6.xlarge) and an L40S (g6e.xlarge). Rows per second are the GPU's decode rate over the output
 tokens of a row: the seed measured 2,776 output tok/s for an 8B model on an L40S; an L4 decodes at its share of the
 memory bandwidth (300 against 864 GB/s): 964 tok/s. Tokens per row: triage 155 in and 38 out (the README's report),
@@ -67,7 +67,6 @@ class Policy:
     gate: bool
     linger: bool
     share: bool
-    linger_shared: bool = True  # a job of several consumers lingers too
 
 
 POLICIES = (
@@ -78,11 +77,10 @@ POLICIES = (
     Policy("gate and linger", True, True, False),
     Policy("sharing", False, False, True),
     Policy("all three", True, True, True),
-    Policy("gate, sharing, linger alone", True, True, True, linger_shared=False),
 )
-# what the product does today: the launcher prices consumers of one model together and launches them in one job, and
-# a drained job of one consumer lingers (a shared job does not: docs/limitations.md)
-PRODUCT = POLICIES[7]
+# what the product does: the launcher prices consumers of one model together and launches them in one job, and a
+# drained job lingers (a shared one for all its consumers)
+PRODUCT = POLICIES[6]
 # a lingering job starts the engine again for each range it takes (icebatch_job.linger): vLLM loading an 8B model's
 # weights from the node's page cache and warming up; the node, the image and Ray are up (an assumption, not measured
 # on a GPU here: the published warm-cache cold start of such a model is ~82 s, its container included)
@@ -292,7 +290,7 @@ class Day:
         return max(idle_window_seconds(self.consumers[m], self.runs[m], self.settings) for m in job.members)
 
     def _lingers(self, job: Job, at: float) -> bool:
-        if not self.policy.linger or (len(job.members) > 1 and not self.policy.linger_shared):
+        if not self.policy.linger:
             return False
         since = at - self._window(job)
         return keeps_node([self._member(m, since=since) for m in job.members], self.settings)

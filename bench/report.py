@@ -271,8 +271,8 @@ def _day(d: dict[str, Any]) -> list[str]:
         "estimate and budget code on a simulated clock. The baseline is a job per threshold crossing (icebatch "
         "before the cost gate); the batch price is the cheapest batch API's for the same tokens. The product runs "
         f"the `{d['product_policy']}` policy today: the gate prices the consumers of one model together and they share "
-        "one job (one start-up, one engine), and a job of one consumer lingers, starting its engine again for each "
-        "range it takes (assumed 60 s on a GPU); a shared job does not linger ([limitations](limitations.md)). At "
+        "one job (one start-up, one engine), and a drained job lingers (a shared one for all its consumers), starting "
+        "its engine again for each range it takes (assumed 60 s on a GPU). At "
         "these defaults a drained job seldom keeps its node: the rows that land within a window of a cold start's "
         "length do not pay for one; a burst does.",
         "",

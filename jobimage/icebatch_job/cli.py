@@ -40,7 +40,8 @@ RUN_DESCRIPTION = (
     "own, it waits up to that window for the next commit and takes it as a run of its own (--to-snapshot pins "
     "the first range only; with --no-linger or --limit the job ends with its range). With --with, the job takes "
     "other consumers' runs through the same engine (one model load; each run its own range, results, watermark and "
-    "report; a run that fails fails alone) and does not linger. "
+    "report; a run that fails fails alone), and lingers for all of them: rows that land for any make a round "
+    "of runs through one engine. "
     "Exit status: 0 done, nothing new, or deferred (a run "
     "the launcher gave no GPU whose range has changed rows for the model: nothing committed, its next "
     "attempt gets one), 5 another run covered the range first, 1 failed (a 'Batch Job Failed' event was "
@@ -84,7 +85,7 @@ rayjob_name_arg = matching(K8S_NAME, "a Kubernetes object name (lower case, digi
 
 
 def shared_run_arg(value: str) -> JobRequest:
-    """``--with``: another consumer's run the job takes through its engine (it never lingers). ``NAME`` (its range:
+    """``--with``: another consumer's run the job takes through its engine (and lingers for). ``NAME`` (its range:
     after its watermark, to the current snapshot) or ``NAME:RUN_ID:FROM:TO`` (pinned, as the launcher passes it; FROM
     may be ``none``)."""
     from icebatch_job.job import JobRequest
@@ -157,7 +158,7 @@ def run_command(args: argparse.Namespace, settings: Settings, *, whole_process: 
         limit=args.limit,
         rayjob_name=args.rayjob_name,
         consumer=args.consumer,
-        linger=args.linger and args.limit is None and not args.shared_with,  # a run of at most N rows: all it asked
+        linger=args.linger and args.limit is None,  # a run of at most N rows: all it asked
         shared_with=tuple(replace(r, limit=args.limit, rayjob_name=args.rayjob_name) for r in args.shared_with),
     )
     printed = nullcontext() if args.json else report_printed_by_the_job()  # the local reporter: not twice

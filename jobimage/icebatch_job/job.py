@@ -78,7 +78,7 @@ class JobRequest:
     rayjob_name: str | None = None
     consumer: str | None = None  # by hand, with several consumers: which one
     linger: bool = True  # False: end once the range is committed, whatever the consumer's idle window
-    # other consumers' runs the job takes through one engine (``icebatch_job.shared``); a shared job does not linger
+    # other consumers' runs the job takes through one engine (``icebatch_job.shared``); it lingers for them too
     shared_with: tuple[JobRequest, ...] = ()
 
 
@@ -96,8 +96,10 @@ class JobResult:
 
     @property
     def job_status(self) -> Status:
-        """The job's: this run's, unless a run it shared its engine with failed or lost its range (its exit status)."""
+        """The job's: this run's, unless a run it shared its engine with failed or lost its range, or a run it took
+        while it lingered failed (its exit status)."""
         statuses = {r.status for r in self.shared} | {self.status}
+        statuses |= {"failed" for r in self.lingered if r.job_status == "failed"}
         return next((s for s in ("failed", "conflict") if s in statuses), self.status)
 
     def to_json(self) -> dict[str, Any]:
@@ -314,10 +316,11 @@ def run_range(run: JobRun) -> JobResult:
         raise
 
 
-def decide_linger(run: JobRun) -> Linger:
+def decide_linger(run: JobRun, group: Sequence[JobRun] = ()) -> Linger:
     """Whether the job keeps its node once this run is committed (``icebatch_job.linger``): recorded with the run's
-    last commit, which pays for the window."""
-    from icebatch_job.linger import decide
+    last commit, which pays for the window. ``group``: a shared job's runs (``run`` among them, first), decided as
+    one (``linger.decide_group``)."""
+    from icebatch_job.linger import decide_group
 
     s = run.settings
     if not run.request.linger:
@@ -326,7 +329,7 @@ def decide_linger(run: JobRun) -> Linger:
     if s.top.backend == "kuberay" and run.elapsed_in_job > s.kubernetes.job_deadline_seconds / 2:
         return Linger(0.0, False, "past half of ICEBATCH_JOB_DEADLINE_SECONDS")
     try:
-        return decide(run.ledger, run.consumer, s)
+        return decide_group([(r.ledger, r.consumer) for r in group or [run]], s)
     except Exception as e:  # the run's range is what matters: a source that cannot be read now ends the job
         log.warning("not lingering: %s", one_line(str(e), 300))
         return Linger(0.0, False, f"could not read the source: {type(e).__name__}")
@@ -343,7 +346,7 @@ def linger(first: JobRun) -> list[JobResult]:
         window, drained, drained_at = run.linger, time.monotonic(), datetime.now(UTC)
         try:
             console.phase(f"{first.consumer.name}: lingering up to {window.seconds:.0f} s for new rows ({window.why})")
-            if not wait_for_rows(run.ledger, window):
+            if not wait_for_rows([run.ledger], window):
                 run.out(f"no new rows within {window.seconds:.0f} s: the job ends")
                 break
         except JobInterrupted:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from icebatch.core.consumers import Consumer
@@ -52,22 +52,34 @@ class Linger:
 def decide(ledger: ResultsLedger, consumer: Consumer, settings: Settings, *, now_ms: int | None = None) -> Linger:
     """At the end of a run's range: keep the node when the rows that landed within the last idle window would have
     paid for a cold start of their own (none with a window of 0)."""
-    if consumer.linger_seconds is None and settings.top.backend != "kuberay":
+    return decide_group([(ledger, consumer)], settings, now_ms=now_ms)
+
+
+def decide_group(
+    members: Sequence[tuple[ResultsLedger, Consumer]], settings: Settings, *, now_ms: int | None = None
+) -> Linger:
+    """``decide`` for a job's consumers together (a shared job keeps one node for all): the longest of their idle
+    windows, and the rows that landed within it for each, priced as one job (``lease.keeps_node``)."""
+    consumers = [c for _, c in members]
+    if any(c.linger_seconds is None for c in consumers) and settings.top.backend != "kuberay":
         # a local job runs in the command that launched it (`icebatch launch`, `make demo`): it waits only if asked
-        return Linger(0.0, False, "a local job lingers only where its consumer sets linger_seconds")
-    runs = ledger.runs()
-    window = idle_window_seconds(consumer, runs, settings)
+        return Linger(0.0, False, "a local job lingers only where its consumers set linger_seconds")
+    runs = {c.name: ledger.runs() for ledger, c in members}
+    window = max(idle_window_seconds(c, runs[c.name], settings) for c in consumers)
     if window <= 0:
         return Linger(0.0, False, "linger_seconds is 0")
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    landed = landed_rows(ledger, since_ms=now - int(window * 1000))
-    keeps = keeps_node([Member(consumer, landed, runs)], settings)
-    noun = consumer.row_noun
+    landed = [Member(c, landed_rows(ledger, since_ms=now - int(window * 1000)), runs[c.name]) for ledger, c in members]
+    keeps = keeps_node(landed, settings)
+    rows = sum(m.rows for m in landed)
+    noun = consumers[0].row_noun if len(consumers) == 1 else "rows"
+    whose = f" for {', '.join(c.name for c in consumers)}" if len(consumers) > 1 else ""
+    asked = all(c.linger_seconds is not None for c in consumers)
     why = (
-        f"{landed:,} {noun} landed within the last {window:.0f} s: "
+        f"{rows:,} {noun} landed within the last {window:.0f} s{whose}: "
         + ("enough to pay for a cold start of their own" if keeps else "too few to pay for an idle node")
-        if consumer.linger_seconds is None or not keeps
-        else f"{landed:,} {noun} landed within the last {window:.0f} s (linger_seconds)"
+        if not asked or not keeps
+        else f"{rows:,} {noun} landed within the last {window:.0f} s{whose} (linger_seconds)"
     )
     return Linger(window, keeps, why)
 
@@ -87,18 +99,20 @@ def landed_rows(ledger: ResultsLedger, *, since_ms: int) -> int:
 
 
 def wait_for_rows(
-    ledger: ResultsLedger,
+    ledgers: Sequence[ResultsLedger],
     linger: Linger,
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> bool:
-    """Poll the source until a run has something to do (True) or the window passes (False)."""
+    """Poll the sources until a run of any of the job's consumers has something to do (True) or the window passes
+    (False)."""
     deadline = clock() + linger.seconds
     while True:
-        backlog = ledger.backlog()
-        if backlog.rows > 0 or backlog.rewrites or backlog.deleted_rows > 0:
-            return True
+        for ledger in ledgers:
+            backlog = ledger.backlog()
+            if backlog.rows > 0 or backlog.rewrites or backlog.deleted_rows > 0:
+                return True
         left = deadline - clock()
         if left <= 0:
             return False

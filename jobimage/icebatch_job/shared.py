@@ -13,15 +13,22 @@ stall, the engine failing) stops every run, each committing what it finished.
 With an endpoint (``ICEBATCH_ENGINE_MODE=endpoint``) the runs share the job's Ray and its stream to the endpoint.
 
 The node is split by tokens: each run pays its share of the job's lifetime and idle tail (``RunTotals.share``), and
-its report says what the other runs paid of the start-up and tail it would have paid alone. Once every run is
-committed the job ends: a shared job does not linger.
+its report says what the other runs paid of the start-up and tail it would have paid alone.
+
+Once every run is committed the job decides, for all its consumers at once, whether to keep its node
+(``linger.decide_group``: the rows that landed for each within the longest of their windows, priced as one job; each
+run's last commit records the window, of which it pays its share). While it lingers, rows that land for any of its
+consumers make a round: a warm run for each consumer (new run ids, from their watermarks), through one engine again,
+each exactly once as any run; then the job decides again.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
 from icebatch.core.bus import EventPublisher, load_publisher
@@ -30,9 +37,11 @@ from icebatch.core.errors import ConfigError, IcebatchError, TransientError, Wat
 from icebatch.core.failpoints import arm
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
+from icebatch.core.terminal import console
 from icebatch.core.untrusted import one_line
 
 from icebatch_job.columns import MEMBER
+from icebatch_job.commit.chunks import Attempt
 from icebatch_job.commit.results import batch_engine_seconds
 from icebatch_job.commit.sharing import Sharing
 from icebatch_job.job import (
@@ -43,6 +52,7 @@ from icebatch_job.job import (
     commit_run,
     completed,
     conflicted,
+    decide_linger,
     deferred,
     drain,
     failed_event,
@@ -112,6 +122,21 @@ def run_shared(
             f"consumers {', '.join(str(n) for n in names)} use different models ({', '.join(map(str, models))}): "
             "only consumers of one model share a job; run them in jobs of their own"
         )
+    first = _round(runs)
+    first.linger = runs[0].linger
+    if _all_done(first):  # a run that failed (or lost its range) ends the job, as it ends a job alone
+        first.lingered = _linger(runs)
+    return first
+
+
+def _all_done(result: JobResult) -> bool:
+    return all(r.status in ("completed", "nothing_new") for r in (result, *result.shared))
+
+
+def _round(runs: list[JobRun]) -> JobResult:
+    """The runs through one engine (those with rows for the model), each committed, the job's linger decided before
+    their last commits: the first run's result, the others' in its ``shared``."""
+    settings = runs[0].settings
     results: dict[int, JobResult] = {}
     for i, run in enumerate(runs):
         if (result := isolated(run, _before_engine)) is not None:
@@ -120,12 +145,69 @@ def run_shared(
     if waiting and settings.top.job_engine == "off":
         results.update({i: settled(runs[i], deferred) for i in waiting})
     elif len(waiting) == 1:
-        results[waiting[0]] = settled(runs[waiting[0]], _alone)  # nothing to share
+        results[waiting[0]] = settled(runs[waiting[0]], lambda run: _alone(run, runs))  # nothing to share
     elif waiting:
-        results.update(_through_one_engine([runs[i] for i in waiting], waiting))
+        results.update(_through_one_engine([runs[i] for i in waiting], waiting, runs))
+    elif runs[0].warm:  # a round taken while lingering that needed no engine (rows deleted): the job goes on waiting
+        _keep_node(runs)
     first = results[0]
     first.shared = [results[i] for i in range(1, len(runs))]
     return first
+
+
+def _keep_node(group: list[JobRun]) -> None:
+    """Whether the job keeps its node once this round is committed, for all its consumers (``decide_linger``); each
+    run's last commit records it (a run that was not taken warm pays its share of the window)."""
+    window = decide_linger(group[0], group)
+    for run in group:
+        run.linger = window
+
+
+def _linger(runs: list[JobRun]) -> list[JobResult]:
+    """Keep the node while rows land for any of the job's consumers: each time, a round of warm runs (``_round``), till
+    a window passes with none, a signal stops the job, a run fails, or the rows no longer pay for the node."""
+    from icebatch_job.linger import wait_for_rows
+
+    lead, names = runs[0], ", ".join(run.consumer.name for run in runs)
+    rounds: list[JobResult] = []
+    current = runs
+    while (window := current[0].linger) is not None and window.keeps:
+        drained, drained_at = time.monotonic(), datetime.now(UTC)
+        try:
+            console.phase(f"{names}: lingering up to {window.seconds:.0f} s for new rows ({window.why})")
+            if not wait_for_rows([run.ledger for run in current], window):
+                lead.out(f"no new rows within {window.seconds:.0f} s: the job ends")
+                break
+        except JobInterrupted:
+            lead.out("stopped while lingering: nothing was in progress")
+            break
+        except Exception as e:  # the sources unreadable for now (a catalog error, throttling): the runs taken stand
+            log.warning("stopped lingering: %s", one_line(str(e), 300))
+            break
+        current = [_warm(run, drained, drained_at) for run in runs]
+        result = _round(current)
+        rounds.append(result)
+        if not _all_done(result):
+            break
+    return rounds
+
+
+def _warm(run: JobRun, drained: float, drained_at: datetime) -> JobRun:
+    """The consumer's next run in a lingering job: from its watermark, its time from the commit before it (the wait)."""
+    request = JobRequest(rayjob_name=run.request.rayjob_name, consumer=run.consumer.name, linger=run.request.linger)
+    warm = JobRun(
+        run.settings,
+        run.consumer,
+        request,
+        run.publisher,
+        run.out,
+        run.ledger,
+        run.interrupts,
+        started=drained_at,
+        attempt=Attempt(1, secrets.token_hex(4), drained),
+    )
+    warm.warm, warm.job_started = True, run.job_started
+    return warm
 
 
 def isolated(run: JobRun, step: Callable[[JobRun], JobResult | None]) -> JobResult | None:
@@ -168,12 +250,13 @@ def _before_engine(run: JobRun) -> JobResult | None:
     return completed(run, commit_run(run))
 
 
-def _alone(run: JobRun) -> JobResult:
+def _alone(run: JobRun, group: list[JobRun]) -> JobResult:
     stream(run, start(run))
+    _keep_node(group)
     return completed(run, commit_run(run))
 
 
-def _through_one_engine(runs: list[JobRun], members: list[int]) -> dict[int, JobResult]:
+def _through_one_engine(runs: list[JobRun], members: list[int], group: list[JobRun]) -> dict[int, JobResult]:
     """The runs' rows through one pipeline and one engine, each run's answers to its own committer; then each run's
     last commit and report (their shares of the node are known once every answer is in)."""
     from icebatch_job.process.runtime import detect_device
@@ -213,6 +296,7 @@ def _through_one_engine(runs: list[JobRun], members: list[int]) -> dict[int, Job
         if not isinstance(e, Exception):
             raise
         return results
+    _keep_node(group)
     for member, run in live.items():
         results[member] = settled(run, _last_commit)
     return results

@@ -401,3 +401,43 @@ def test_a_shared_job_killed_mid_run_loses_and_doubles_nothing_for_any_of_its_co
         verdicts = Counter(ledger.results().scan(selected_fields=("source_id",)).to_arrow().column(0).to_pylist())
         assert len(live) == 80 and verdicts == Counter(set(live)), (consumer.name, verdicts)
         assert ledger.plan() is None
+
+
+@pytest.mark.parametrize("point", ["commit.before@3", "commit.after@4"])
+def test_a_shared_job_killed_in_a_round_it_took_while_lingering_loses_and_doubles_nothing(
+    job_settings: Settings, point: str
+) -> None:
+    # given 20 tickets and two consumers whose runs one job takes, lingering for both (a 600 s window, no cost gate)
+    lingering = {"linger_seconds": 600, "cost_reference": "off", "backlog_threshold": 1}
+    s = job_settings.with_overrides(
+        consumers_file=consumers_file(
+            job_settings.home / "shared-linger",
+            {"name": "triage", **lingering},
+            {"name": "privacy", "task": "privacy", **lingering},
+        )
+    )
+    triage, privacy = (consumer_named(load_consumers(s), name) for name in ("triage", "privacy"))
+    _tickets(s, 20, seed=51)
+    # when both consumers' ranges are committed (a commit each), 20 more tickets land while the job lingers, and its
+    # whole tree is SIGKILLed at a commit of the round it took (the first one's before the catalog has it, or the
+    # second one's after, before the job has the answer)
+    job = start_job(s, triage, shared_with=[privacy], failpoint=point, tag="shared-linger-kill")
+    deadline = time.monotonic() + 300
+    while len([e for e in _events(s) if e["detail-type"] == "Batch Job Completed"]) < 2:
+        assert job.proc.poll() is None and time.monotonic() < deadline, job.output()[-3000:]
+        time.sleep(0.2)
+    _tickets(s, 20, seed=52)
+    assert job.wait_for_failpoint() is not None, job.output()[-3000:]
+    job.kill_tree()
+    # and a shared job runs again (one that does not linger)
+    quiet = [c.model_copy(update={"linger_seconds": 0}) for c in (triage, privacy)]
+    resumed = start_job(s, quiet[0], shared_with=[quiet[1]], tag="shared-linger-resume")
+    assert resumed.wait() == 0, resumed.output()[-3000:]
+    # then each consumer has one verdict per ticket, counted from its files, and nothing is pending
+    for consumer in (triage, privacy):
+        ledger = open_ledger(s, consumer)
+        _check(ledger, 0)
+        live = Counter(live_rows(ledger.source()).column("ticket_id").to_pylist())
+        verdicts = Counter(ledger.results().scan(selected_fields=("source_id",)).to_arrow().column(0).to_pylist())
+        assert len(live) == 40 and verdicts == Counter(set(live)), (consumer.name, verdicts)
+        assert ledger.plan() is None

@@ -15,7 +15,7 @@ from icebatch.core.ledger import Key, ResultsLedger, RunRecord, RunTotals, open_
 from icebatch.core.settings import Settings
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 from icebatch_job.job import JobRequest, JobRun, linger
-from icebatch_job.linger import Linger, decide, landed_rows, wait_for_rows
+from icebatch_job.linger import Linger, decide, decide_group, landed_rows, wait_for_rows
 
 from tests.support.consumers import consumer, consumers_file
 
@@ -61,7 +61,7 @@ def test_a_job_waits_for_the_next_commit_and_no_longer_than_its_window(settings:
     window = Linger(60.0, True, "test")
 
     # when the job waits
-    found = wait_for_rows(ledger, window, clock=clock, sleep=clock.sleep)
+    found = wait_for_rows([ledger], window, clock=clock, sleep=clock.sleep)
 
     # then it takes the commit at the first poll after it landed, polling the metadata every 3 s
     assert found and 35.0 <= clock.now < 35.0 + window.poll_seconds
@@ -70,7 +70,7 @@ def test_a_job_waits_for_the_next_commit_and_no_longer_than_its_window(settings:
     # and given nothing more, it waits the window out, to the second, and ends
     quiet = _ledger(settings.with_overrides(home=settings.home / "quiet"), linger_seconds=60, cost_reference="off")
     clock = FakeClock()
-    assert not wait_for_rows(quiet, window, clock=clock, sleep=clock.sleep)
+    assert not wait_for_rows([quiet], window, clock=clock, sleep=clock.sleep)
     assert clock.now == 60.0
 
 
@@ -96,6 +96,31 @@ def test_the_node_is_kept_only_while_the_rows_that_land_would_pay_for_it(setting
     later = int(time.time() * 1000) + int(burst.seconds * 1000) + 1000
     assert landed_rows(ledger, since_ms=later - int(burst.seconds * 1000)) == 0
     assert not decide(ledger, ledger.consumer, settings, now_ms=later).keeps
+
+
+def test_a_shared_job_keeps_its_node_for_the_rows_that_land_for_all_its_consumers(settings: Settings) -> None:
+    from icebatch.core.consumers import load_consumers
+    from icebatch.core.costs.lease import Member, group_check
+
+    # given triage and privacy on EKS, consumers of one table and one model, each gated by the batch price
+    path = consumers_file(settings.home / "consumers", {"name": "triage"}, {"name": "privacy", "task": "privacy"})
+    s = settings.with_overrides(backend="kuberay", consumers_file=path)
+    ensure_source_table(open_catalog(s), s.catalog.source_table)
+    triage, privacy = load_consumers(s)
+    members = [(open_ledger(s, triage), triage), (open_ledger(s, privacy), privacy)]
+    # and as many rows landed just now as pay for a cold start when both consumers' work is priced as one job
+    rows = 1
+    while not (check := group_check([Member(triage, rows), Member(privacy, rows)], s)).pays:  # type: ignore[union-attr]
+        assert check is not None and check.rows_to_pay is not None
+        rows = max(rows + 1, -(-check.rows_to_pay // 2))
+    _append(members[0][0], rows, seed=7)
+    # when the shared job has drained its ranges and decides, for both consumers at once
+    window = decide_group(members, s)
+    # then it keeps its node (the rows of both pay), where a job of either consumer alone would not
+    assert window.keeps and "for triage, privacy: enough to pay" in window.why, window.why
+    assert not decide(members[0][0], triage, s).keeps and not decide(members[1][0], privacy, s).keeps
+    # and its window is the longest of theirs
+    assert window.seconds == max(decide(ledger, c, s).seconds for ledger, c in members)
 
 
 def test_a_window_of_zero_never_lingers(settings: Settings) -> None:

@@ -146,8 +146,7 @@ class LocalBackend(JobBackend):
             to_snapshot=spec.to_snapshot,
             rayjob_name=spec.name,
             consumer=spec.consumer.name,
-            linger=not riders,
-            shared_with=riders,
+            shared_with=riders,  # the job lingers for all (only where each consumer sets linger_seconds, locally)
         )
         log_path = path.with_suffix(".log")  # the job's console, kept as a pod log would be
         record["log"] = str(log_path)
