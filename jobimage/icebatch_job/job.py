@@ -335,25 +335,32 @@ def decide_linger(run: JobRun, group: Sequence[JobRun] = ()) -> Linger:
         return Linger(0.0, False, f"could not read the source: {type(e).__name__}")
 
 
+def waited_for_rows(ledgers: Sequence[ResultsLedger], window: Linger, who: str, out: Callable[[str], None]) -> bool:
+    """The lingering job's wait (``linger.wait_for_rows``) for rows of any of ``ledgers``: True when some landed; False
+    when the window passed, a signal came (nothing was in progress) or the sources cannot be read now (a catalog
+    error, throttling: the runs taken stand)."""
+    from icebatch_job.linger import wait_for_rows
+
+    try:
+        console.phase(f"{who}: lingering up to {window.seconds:.0f} s for new rows ({window.why})")
+        if wait_for_rows(ledgers, window):
+            return True
+        out(f"no new rows within {window.seconds:.0f} s: the job ends")
+    except JobInterrupted:
+        out("stopped while lingering: nothing was in progress")
+    except Exception as e:
+        log.warning("stopped lingering: %s", one_line(str(e), 300))
+    return False
+
+
 def linger(first: JobRun) -> list[JobResult]:
     """Keep the node while rows land (``icebatch_job.linger``): each range a run of its own, till a window passes
     with none, a signal stops the job, or the consumer's rule says the rows no longer pay for the node."""
-    from icebatch_job.linger import wait_for_rows
-
     results: list[JobResult] = []
     run = first
     while run.linger is not None and run.linger.keeps:
         window, drained, drained_at = run.linger, time.monotonic(), datetime.now(UTC)
-        try:
-            console.phase(f"{first.consumer.name}: lingering up to {window.seconds:.0f} s for new rows ({window.why})")
-            if not wait_for_rows([run.ledger], window):
-                run.out(f"no new rows within {window.seconds:.0f} s: the job ends")
-                break
-        except JobInterrupted:
-            run.out("stopped while lingering: nothing was in progress")
-            break
-        except Exception as e:  # the source unreadable for now (a catalog error, throttling): the runs taken stand
-            log.warning("stopped lingering: %s", one_line(str(e), 300))
+        if not waited_for_rows([run.ledger], window, first.consumer.name, run.out):
             break
         request = JobRequest(rayjob_name=first.request.rayjob_name, consumer=first.consumer.name)
         run = JobRun(

@@ -37,7 +37,6 @@ from icebatch.core.errors import ConfigError, IcebatchError, TransientError, Wat
 from icebatch.core.failpoints import arm
 from icebatch.core.ledger import open_ledger
 from icebatch.core.settings import Settings
-from icebatch.core.terminal import console
 from icebatch.core.untrusted import one_line
 
 from icebatch_job.columns import MEMBER
@@ -64,6 +63,7 @@ from icebatch_job.job import (
     start,
     start_ray,
     stream,
+    waited_for_rows,
 )
 from icebatch_job.process.interrupts import Interrupts, JobInterrupted
 from icebatch_job.process.stall import StallWatch
@@ -166,23 +166,12 @@ def _keep_node(group: list[JobRun]) -> None:
 def _linger(runs: list[JobRun]) -> list[JobResult]:
     """Keep the node while rows land for any of the job's consumers: each time, a round of warm runs (``_round``), till
     a window passes with none, a signal stops the job, a run fails, or the rows no longer pay for the node."""
-    from icebatch_job.linger import wait_for_rows
-
-    lead, names = runs[0], ", ".join(run.consumer.name for run in runs)
+    names = ", ".join(run.consumer.name for run in runs)
     rounds: list[JobResult] = []
     current = runs
     while (window := current[0].linger) is not None and window.keeps:
         drained, drained_at = time.monotonic(), datetime.now(UTC)
-        try:
-            console.phase(f"{names}: lingering up to {window.seconds:.0f} s for new rows ({window.why})")
-            if not wait_for_rows([run.ledger for run in current], window):
-                lead.out(f"no new rows within {window.seconds:.0f} s: the job ends")
-                break
-        except JobInterrupted:
-            lead.out("stopped while lingering: nothing was in progress")
-            break
-        except Exception as e:  # the sources unreadable for now (a catalog error, throttling): the runs taken stand
-            log.warning("stopped lingering: %s", one_line(str(e), 300))
+        if not waited_for_rows([run.ledger for run in current], window, names, runs[0].out):
             break
         current = [_warm(run, drained, drained_at) for run in runs]
         result = _round(current)

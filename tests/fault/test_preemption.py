@@ -394,12 +394,16 @@ def test_a_shared_job_killed_mid_run_loses_and_doubles_nothing_for_any_of_its_co
     resumed = start_job(s, triage, shared_with=[privacy], tag="shared-resume")
     assert resumed.wait() == 0, resumed.output()[-3000:]
     # then each consumer has one verdict per ticket, counted from its files, and nothing is pending
-    for consumer in (triage, privacy):
+    _one_verdict_per_ticket(s, [triage, privacy], tickets=80)
+
+
+def _one_verdict_per_ticket(s: Settings, consumers: list[Consumer], *, tickets: int) -> None:
+    for consumer in consumers:
         ledger = open_ledger(s, consumer)
         _check(ledger, 0)
         live = Counter(live_rows(ledger.source()).column("ticket_id").to_pylist())
         verdicts = Counter(ledger.results().scan(selected_fields=("source_id",)).to_arrow().column(0).to_pylist())
-        assert len(live) == 80 and verdicts == Counter(set(live)), (consumer.name, verdicts)
+        assert len(live) == tickets and verdicts == Counter(set(live)), (consumer.name, verdicts)
         assert ledger.plan() is None
 
 
@@ -434,10 +438,4 @@ def test_a_shared_job_killed_in_a_round_it_took_while_lingering_loses_and_double
     resumed = start_job(s, quiet[0], shared_with=[quiet[1]], tag="shared-linger-resume")
     assert resumed.wait() == 0, resumed.output()[-3000:]
     # then each consumer has one verdict per ticket, counted from its files, and nothing is pending
-    for consumer in (triage, privacy):
-        ledger = open_ledger(s, consumer)
-        _check(ledger, 0)
-        live = Counter(live_rows(ledger.source()).column("ticket_id").to_pylist())
-        verdicts = Counter(ledger.results().scan(selected_fields=("source_id",)).to_arrow().column(0).to_pylist())
-        assert len(live) == 40 and verdicts == Counter(set(live)), (consumer.name, verdicts)
-        assert ledger.plan() is None
+    _one_verdict_per_ticket(s, [triage, privacy], tickets=40)
