@@ -27,7 +27,6 @@ from icebatch.core.errors import IncompleteRunError, TaskSpecError, TooManyError
 from icebatch.core.failpoints import failpoint
 from icebatch.core.ledger import Chunk, CommitResult, Key, ProgressRaceError, ResultsLedger, RunPlan, RunTotals
 from icebatch.core.ledger.results_table import STATUS_ERROR, results_arrow_schema, results_schema, source_id_type
-from icebatch.core.ledger.summary import RunRecord
 from icebatch.core.task import TaskSpec
 
 from icebatch_job.commit.done import SOURCE_FILE_COLUMN, SOURCE_POS_COLUMN, DoneRows, committed_rows
@@ -109,17 +108,9 @@ def run_totals(
         started_at=(head.text(Key.STARTED_AT) if head else "") or started_at,
         attempts=(prior.attempts if prior else 0) + 1,
         rows_redone=(int(head.number(Key.ROWS_REDONE)) if head else 0) + redone,
-        **_before_job_fields(recorded_before_job(head) + before_job),
+        **_before_job_fields((head.before_job if head else BeforeJob()) + before_job),
         **measured,
     )
-
-
-def recorded_before_job(head: RunRecord | None) -> BeforeJob:
-    """What the run's earlier attempts spent before their jobs, as their last commit recorded it."""
-    if head is None:
-        return BeforeJob()
-    node, image = head.measured(Key.BEFORE_JOB_NODE_SECONDS), head.measured(Key.BEFORE_JOB_IMAGE_SECONDS)
-    return BeforeJob(head.number(Key.BEFORE_JOB_SECONDS), node, image)
 
 
 def _before_job_fields(before: BeforeJob) -> dict[str, Any]:

@@ -5,6 +5,7 @@ One renderer for both, so that what the job prints and what finance receives can
 
 from __future__ import annotations
 
+from icebatch.core.costs.before_job import BeforeJob
 from icebatch.core.costs.money import usd
 from icebatch.core.costs.prices import BatchPrice, comparison
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed
@@ -212,13 +213,12 @@ def failed_text(e: BatchJobFailed) -> str:
 
 def _before_job(e: BatchJobCompleted) -> str:
     """The time before the job's process, and where it went where the job measured it (``core.costs.before_job``)."""
-    total = _duration(e.before_job_seconds)
-    if e.before_job_node_seconds is None or e.before_job_image_seconds is None:
-        return f"{total} (GPU node, image pull, Ray cluster)"
-    ray = max(0.0, e.before_job_seconds - e.before_job_node_seconds - e.before_job_image_seconds)
+    before = BeforeJob(e.before_job_seconds, e.before_job_node_seconds, e.before_job_image_seconds)
+    if before.node_seconds is None or before.image_seconds is None:
+        return f"{_duration(before.seconds)} (GPU node, image pull, Ray cluster)"
     return (
-        f"{total} (GPU node {_duration(e.before_job_node_seconds)}, joining and image pull "
-        f"{_duration(e.before_job_image_seconds)}, Ray cluster {_duration(ray)})"
+        f"{_duration(before.seconds)} (GPU node {_duration(before.node_seconds)}, joining and image pull "
+        f"{_duration(before.image_seconds)}, Ray cluster {_duration(before.ray_seconds)})"
     )
 
 

@@ -241,6 +241,12 @@ class RunRecord:
             return default
         return value if math.isfinite(value) and value >= 0 else default
 
+    @property
+    def before_job(self) -> BeforeJob:
+        """What the run's attempts spent before their jobs' processes, and where it went where it was measured."""
+        node, image = self.measured(Key.BEFORE_JOB_NODE_SECONDS), self.measured(Key.BEFORE_JOB_IMAGE_SECONDS)
+        return BeforeJob(self.number(Key.BEFORE_JOB_SECONDS), node, image)
+
     def measured(self, key: str) -> float | None:
         """A figure that is only there when it was measured: None when it is missing or unreadable."""
         value = self.number(key, -1.0)
@@ -286,9 +292,9 @@ class RunRecord:
             linger_seconds=self.number(Key.LINGER_SECONDS),
             share=self.share,
             shared_with=tuple(n for n in self.text(Key.SHARED_WITH).split(",") if n),
-            before_job_seconds=self.number(Key.BEFORE_JOB_SECONDS),
-            before_job_node_seconds=self.measured(Key.BEFORE_JOB_NODE_SECONDS),
-            before_job_image_seconds=self.measured(Key.BEFORE_JOB_IMAGE_SECONDS),
+            before_job_seconds=self.before_job.seconds,
+            before_job_node_seconds=self.before_job.node_seconds,
+            before_job_image_seconds=self.before_job.image_seconds,
         )
 
 
