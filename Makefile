@@ -37,7 +37,7 @@ export PYTHONPATH := $(CURDIR)/functions:$(CURDIR)/jobimage$(if $(PYTHONPATH),:$
 help:
 	@echo "make demo   - run the whole flow on this machine (no AWS, no GPU)"
 	@echo "make test   - lint, type-check and run the test suite (all tiers)"
-	@echo "make test-aws - the production path against AWS APIs (moto) as template.yaml deploys it"
+	@echo "make test-aws - the production path against AWS APIs (moto) as template.yaml deploys it, each part as its role (IAM enforced)"
 	@echo "make test-fault - the real job killed (SIGKILL, SIGTERM) at chosen points, resumed after each"
 	@echo "make test-hygiene - the real job ended every way (signals, its group, its terminal); nothing may outlive it"
 	@echo "make test-reliability - the concurrency tests alone, then 20 times in a shuffled order"

@@ -9,20 +9,21 @@ from typing import Any
 import pytest
 
 from tests.aws.world import World, make_world
-from tests.support.aws import moto_server
+from tests.support.aws import enforced_iam, moto_server
 from tests.support.iam_audit import Recorder
 
 
 @pytest.fixture(scope="module")
 def recorded() -> Iterator[tuple[str, Recorder]]:
-    """A moto server of this module's own that records who called what (for the IAM audit)."""
+    """A moto server of this module's own that records who called what (for the IAM audit), with IAM enforced: each
+    part calls it with a session of its role as deployed (tests/aws/deploy.py), the tests as an administrator."""
     recorders: list[Recorder] = []
 
     def wrap(app: Any) -> Recorder:
         recorders.append(Recorder(app))
         return recorders[-1]
 
-    with moto_server(recorder=wrap) as endpoint:
+    with moto_server(recorder=wrap) as endpoint, enforced_iam(endpoint):
         yield endpoint, recorders[0]
 
 

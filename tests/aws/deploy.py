@@ -20,11 +20,13 @@ import re
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.aws import CREDS, REGION, client
+from tests.support.aws import CREDS, REGION, assume, client, enforceable, enforcing
 from tests.support.cfn import Stack
 from tests.support.http_server import cloudformation_responses
 from tests.support.sam_translate import translated
@@ -45,7 +47,8 @@ json.dump(response, open(sys.argv[3], "w"))
 
 
 def access_key(principal: str) -> str:
-    """A distinct access key per role, so that the calls each makes can be told apart (iam_audit)."""
+    """A distinct access key per role where IAM is not enforced, so that the calls each makes can be told apart
+    (iam_audit); where it is, each role's calls are signed with a session of it (``Deployed.credentials``)."""
     return "AKIA" + re.sub(r"[^A-Z0-9]", "", principal.upper())[:16].ljust(16, "X")
 
 
@@ -76,6 +79,35 @@ class Deployed:
     inboxes: dict[str, str] = field(default_factory=dict)  # function logical id -> queue URL
     rules: dict[str, str] = field(default_factory=dict)  # rule logical id -> rule name
     schedules: dict[str, str] = field(default_factory=dict)  # schedule logical id -> schedule name
+    credentials: dict[str, dict[str, str]] = field(default_factory=dict)  # role logical id -> a session of it
+
+    def role_env(self, role: str) -> dict[str, str]:
+        """The credentials the role's code runs with: a session of the role (IAM enforced), else its own key."""
+        fake = {"AWS_ACCESS_KEY_ID": access_key(role), "AWS_SECRET_ACCESS_KEY": CREDS["AWS_SECRET_ACCESS_KEY"]}
+        return self.credentials.get(role, fake)
+
+    def key(self, role: str) -> str:
+        """The access key the role's calls are signed with (``iam_audit.Recorder.by``)."""
+        return self.role_env(role)["AWS_ACCESS_KEY_ID"]
+
+    @contextmanager
+    def role_granting(self, role: str, statements: list[dict[str, Any]]) -> Iterator[None]:
+        """The role with these statements alone (as moto can enforce them) for the block, its own policies after."""
+        iam, name = client("iam", self.endpoint), self.stack.physical[role]
+        own = {
+            p: iam.get_role_policy(RoleName=name, PolicyName=p)["PolicyDocument"]
+            for p in iam.list_role_policies(RoleName=name)["PolicyNames"]
+        }
+        for policy in own:
+            iam.delete_role_policy(RoleName=name, PolicyName=policy)
+        document = {"Version": "2012-10-17", "Statement": enforceable(statements)}
+        iam.put_role_policy(RoleName=name, PolicyName="audit", PolicyDocument=json.dumps(document))
+        try:
+            yield
+        finally:
+            iam.delete_role_policy(RoleName=name, PolicyName="audit")
+            for policy, document in own.items():
+                iam.put_role_policy(RoleName=name, PolicyName=policy, PolicyDocument=json.dumps(document))
 
     # --- the functions ------------------------------------------------------------------------------
     def function_env(self, logical: str) -> dict[str, str]:
@@ -88,8 +120,7 @@ class Deployed:
             **self.function_env(logical),
             "AWS_REGION": REGION,
             "AWS_DEFAULT_REGION": REGION,
-            "AWS_ACCESS_KEY_ID": access_key(self.role_of(logical)),
-            "AWS_SECRET_ACCESS_KEY": CREDS["AWS_SECRET_ACCESS_KEY"],
+            **self.role_env(self.role_of(logical)),
             "AWS_LAMBDA_FUNCTION_NAME": f"{self.stack.name}-{logical}",
             "LAMBDA_TASK_ROOT": "/var/task",
             # the one difference from AWS: every AWS client goes to moto
@@ -212,9 +243,14 @@ def deploy(name: str, parameters: dict[str, str], *, endpoint: str, home: Path) 
         for policy in props.get("Policies", []):
             # IAM takes a document without a Version (as SAM writes its own); moto insists on one
             document = {"Version": "2012-10-17", **policy["PolicyDocument"]}
+            if enforcing(endpoint):  # what moto can check of it (tests/support/aws.py; iam_audit checks the rest)
+                statements = document["Statement"]
+                document["Statement"] = enforceable([statements] if isinstance(statements, dict) else statements)
             iam.put_role_policy(
                 RoleName=stack.physical[logical], PolicyName=policy["PolicyName"], PolicyDocument=json.dumps(document)
             )
+        if enforcing(endpoint):
+            deployed.credentials[logical] = assume(endpoint, stack.attributes[(logical, "Arn")], f"{name}-{logical}")
 
     function_arns = {stack.attributes[(f, "Arn")]: f for f in deployed.inboxes}
     for logical in stack.resources("AWS::Events::Rule"):

@@ -23,7 +23,6 @@ import pytest
 from icebatch.core.catalog import open_catalog
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
-from tests.aws.deploy import access_key
 from tests.aws.world import NAMESPACE, World
 from tests.support.aws import client
 from tests.support.iam_audit import denied, role_statements
@@ -200,7 +199,7 @@ def test_a_launcher_killed_mid_invocation_after_creating_its_rayjob_is_retried_i
         assert len(decisions) == 2 and {d["decision"] for d in decisions} == {"already_launched"}, decisions
         assert all(job in d["reason"] for d in decisions), decisions
     # and every AWS call it made was allowed by its role as deployed
-    calls = world.recorder.by(access_key("LauncherFunctionRole"))
+    calls = world.recorder.by(world.deployed.key("LauncherFunctionRole"))
     assert calls and denied(calls, role_statements(world.deployed.stack, "LauncherFunctionRole")) == []
 
 

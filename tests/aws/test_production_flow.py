@@ -29,11 +29,11 @@ from icebatch.core.consumers import load_consumers
 from icebatch.core.ledger import open_ledger
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
-from tests.aws.deploy import access_key, deploy
+from tests.aws.deploy import deploy
 from tests.aws.world import NAMESPACE, STACK, World
 from tests.support.aws import CREDS, REGION, client
 from tests.support.crd import VERSIONS, errors
-from tests.support.iam_audit import denied, necessity, role_statements
+from tests.support.iam_audit import denied, necessity, replay, role_statements, sendable, without
 
 pytestmark = pytest.mark.aws
 JOB_TIMEOUT = 900
@@ -65,8 +65,7 @@ def _run_like_the_pod(world: World, manifest: dict[str, Any]) -> subprocess.Comp
     env = {
         **pod_env,
         # what the pod gets from elsewhere: EKS Pod Identity's credentials, and local paths
-        "AWS_ACCESS_KEY_ID": access_key("JobRole"),
-        "AWS_SECRET_ACCESS_KEY": CREDS["AWS_SECRET_ACCESS_KEY"],
+        **world.deployed.role_env("JobRole"),
         "ICEBATCH_HOME": str(world.home / "pod"),  # the pod's emptyDir (ICEBATCH_HOME=/tmp/icebatch there)
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "PYTHONPATH": os.environ["PYTHONPATH"],
@@ -208,17 +207,26 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
     nightly = d.invoke("LauncherFunction", d.schedule_input("LauncherFunctionNightly")).response["decisions"]
     assert {(x["decision"], x["reason"]) for x in nightly} == {("skip", "nothing new since the watermark")}
 
-    # and every AWS call each part made was allowed by its role as deployed (least privilege, and enough)
+    # and every AWS call each part made was allowed by its role as deployed (least privilege, and enough): moto,
+    # enforcing IAM, answered every one of them signed with a session of the role; the audit checked each against the
+    # role's resources and conditions too, which moto does not (tests/support/aws.py)
     unused = {}
     for role in ("LauncherFunctionRole", "ReporterFunctionRole", "JobRole", "WarehouseEventBridgeFunctionRole"):
-        calls = world.recorder.by(access_key(role))
+        calls = world.recorder.by(d.key(role))
         assert calls, f"{role} made no call: the audit would prove nothing"
         statements = role_statements(d.stack, role)
         assert denied(calls, statements) == [], role
-        # and each action the flow needs, taken out of the role in turn, denies the calls that need it, by name
+        # and each action the flow needs, taken out of the role in turn, denies the calls that need it, by name: in
+        # the audit, and in moto, sent again as they were signed (moto names the action; S3 says Access Denied)
         needed, unused[role] = necessity(calls, statements)
-        for action, lost in needed.items():
-            assert all(c.action.lower() == action.split(" ")[0].lower() or "*" in action for c in lost), (action, lost)
+        for (index, action), lost in needed.items():
+            assert all(c.action.lower() == action.lower() or "*" in action for c in lost), (action, lost)
+            # (a HEAD's answer has no body to name anything: another call is sent where there is one)
+            call, head = sendable(lost)
+            with d.role_granting(role, without(statements, index, action)):
+                status, body = replay(world.endpoint, call)
+            assert status == 403 and ("AccessDenied" in body or head), (role, action, status, body[:400])
+            assert action.startswith("s3:") or f"not authorized to perform: {action.lower()}" in body.lower(), body
     # and what the roles grant that this flow never needs is the known list (other paths need it: docs/deploy.md)
     assert unused == GRANTED_FOR_OTHER_PATHS, unused
 
@@ -311,7 +319,7 @@ def test_a_failed_job_is_on_record_in_s3_where_icebatch_runs_finds_it(world: Wor
     prefix = f"s3://{world.bucket}/warehouse/_icebatch/{STACK}/failures/triage/"
     assert response["status"] == "reported" and response["failure_record"].startswith(prefix), response
     # and its role as deployed allows that write (and everything else the reporter did)
-    calls = world.recorder.by(access_key("ReporterFunctionRole"))
+    calls = world.recorder.by(d.key("ReporterFunctionRole"))
     assert [c for c in calls if c.action == "s3:PutObject" and "/_icebatch/" in c.resources[0]], calls
     assert denied(calls, role_statements(d.stack, "ReporterFunctionRole")) == []
     # when an operator asks `icebatch runs` with the stack's settings (as docs/operating.md says)

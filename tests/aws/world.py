@@ -67,7 +67,8 @@ def make_world(aws_endpoint: str, recorder: Recorder, tiny_model: Path, home: Pa
     bucket, models, database, cluster = f"wh-{suffix}", f"models-{suffix}", f"support_{suffix}", f"eks-{suffix}"
     client("s3", aws_endpoint).create_bucket(Bucket=bucket)
     _upload_model(aws_endpoint, tiny_model, models, "tiny-llama/")
-    k8s = RayJobApi(namespaces={NAMESPACE}, verify_token=sts_token_verifier(cluster, aws_endpoint))
+    sessions: dict[str, dict[str, str]] = {}  # the roles' sessions, once deployed (IAM enforced: tests/support/aws.py)
+    k8s = RayJobApi(namespaces={NAMESPACE}, verify_token=sts_token_verifier(cluster, aws_endpoint, sessions))
     tls = server_cert(home / "tls")
     _eks_cluster(aws_endpoint, cluster, k8s.start(tls=tls), tls.ca_pem)
     parameters = {
@@ -83,6 +84,7 @@ def make_world(aws_endpoint: str, recorder: Recorder, tiny_model: Path, home: Pa
         "JobImage": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/icebatch-job:test",
     }
     deployed = deploy(stack, parameters, endpoint=aws_endpoint, home=home)
+    sessions.update({c["AWS_ACCESS_KEY_ID"]: c for c in deployed.credentials.values()})
     sqs = client("sqs", aws_endpoint)
     reports = sqs.create_queue(QueueName=f"reports-{suffix}")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=reports, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -32,13 +33,13 @@ from icebatch.control.triggers import parse_trigger
 from icebatch.core import aws_clients
 from icebatch.core.catalog import open_catalog
 from icebatch.core.consumers import load_consumers
-from icebatch.core.errors import CatalogUnavailableError, ClusterUnavailableError
+from icebatch.core.errors import CatalogUnavailableError, ClusterPermissionError, ClusterUnavailableError
 from icebatch.core.ledger import ResultsLedger
 from icebatch.core.settings import Settings
 from icebatch.tools.invoke import invoke
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 
-from tests.support.aws import REGION, client
+from tests.support.aws import REGION, assume, client, enforced_iam
 from tests.support.consumers import consumers_file
 from tests.support.emf import metric_names
 from tests.support.failing_aws import failing_endpoint
@@ -461,6 +462,30 @@ def test_eks_describe_cluster_over_moto_is_cached(aws_endpoint: str) -> None:
     second = cluster_info(eks, "cached")
     assert first == second and first.endpoint.startswith("https://") and first.ca_file
     assert calls == ["describe"]
+
+
+def test_a_role_that_may_not_describe_the_cluster_is_told_what_to_grant_not_retried(aws_endpoint: str) -> None:
+    # given a cluster, and a launcher role whose policy lacks eks:DescribeCluster, with IAM enforced: moto answers
+    # 403 AccessDenied in an error document botocore cannot read for EKS (its code is then only "403")
+    name = f"locked-{uuid.uuid4().hex[:6]}"
+    client("eks", aws_endpoint).create_cluster(
+        name=name, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": []}
+    )
+    iam = client("iam", aws_endpoint)
+    trust = {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    arn = iam.create_role(
+        RoleName=name, AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [trust]})
+    )["Role"]["Arn"]
+    only = {"Effect": "Allow", "Action": ["eks:ListClusters"], "Resource": "*"}
+    iam.put_role_policy(
+        RoleName=name, PolicyName="p", PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [only]})
+    )
+    with enforced_iam(aws_endpoint):
+        eks = client("eks", aws_endpoint, assume(aws_endpoint, arn, "launcher"))
+        # when the launcher describes the cluster, then it is a permission error naming the grant (no retry fixes it)
+        _CLUSTERS.pop(name, None)
+        with pytest.raises(ClusterPermissionError, match="grant the launcher's role eks:DescribeCluster"):
+            cluster_info(eks, name)
 
 
 def test_an_eks_api_that_does_not_answer_is_a_retry_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,11 +19,22 @@ import re
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 REGION_ACCOUNT = ("us-east-1", "123456789012")
+KEPT_BODY_BYTES = 1 << 20  # a request with a bigger body is recorded without it (it cannot be sent again)
 _CREDENTIAL = re.compile(r"Credential=([^/]+)/[^/]+/([^/]+)/([^/]+)/aws4_request")
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request as it reached the server, enough to send it again (``replay``)."""
+
+    method: str
+    uri: str  # path and query, as sent
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,7 @@ class Call:
     action: str  # IAM action, e.g. s3:GetObject
     resources: tuple[str, ...]  # every ARN IAM checks for it
     context: tuple[tuple[str, str], ...] = ()  # condition keys
+    request: Request | None = field(default=None, compare=False, repr=False)  # None: its body was too big to keep
 
     def __str__(self) -> str:
         extra = f" {dict(self.context)}" if self.context else ""
@@ -50,15 +62,17 @@ class Recorder:
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         body = b""
         length = int(environ.get("CONTENT_LENGTH") or 0)
-        if length and "s3" not in environ.get("HTTP_AUTHORIZATION", "").split("/")[3:4]:
-            # the JSON/query APIs name their resource in the body; S3 (whose bodies are data, often
-            # streamed in chunks) names it in the path
+        if 0 < length <= KEPT_BODY_BYTES:
+            # the JSON/query APIs name their resource in the body; S3 names it in the path, and its bodies (data,
+            # sometimes large: the model's files) are kept to be sent again only when small
             body = environ["wsgi.input"].read(length)
             environ["wsgi.input"] = io.BytesIO(body)
+        whole = length <= KEPT_BODY_BYTES and not environ.get("HTTP_TRANSFER_ENCODING")
+        request = _request(environ, body) if whole else None
         try:
             for call in describe(environ, body):
                 with self.lock:
-                    self.calls.append(call)
+                    self.calls.append(replace(call, request=request))
         except Exception as e:  # never break moto over a recording problem
             with self.lock:
                 self.calls.append(Call("?", "?", f"unparsed:{type(e).__name__}", ()))
@@ -67,6 +81,39 @@ class Recorder:
     def by(self, key: str) -> list[Call]:
         with self.lock:
             return [c for c in self.calls if c.key == key]
+
+
+def _request(environ: dict[str, Any], body: bytes) -> Request:
+    headers = [(k[5:].replace("_", "-").lower(), v) for k, v in environ.items() if k.startswith("HTTP_")]
+    headers += [(k.replace("_", "-").lower(), environ[k]) for k in ("CONTENT_TYPE", "CONTENT_LENGTH") if environ.get(k)]
+    return Request(environ["REQUEST_METHOD"], environ["RAW_URI"], tuple(headers), body)
+
+
+def replay(endpoint: str, call: Call) -> tuple[int, str]:
+    """Send the call's request again, exactly as it was signed: the status and body of moto's answer."""
+    import http.client
+
+    assert call.request is not None, f"{call}: its request was not kept"
+    url = urllib.parse.urlsplit(endpoint)
+    connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=30)
+    try:
+        r = call.request
+        connection.putrequest(r.method, r.uri, skip_host=True, skip_accept_encoding=True)
+        for name, value in r.headers:
+            connection.putheader(name, value)
+        connection.endheaders(r.body or None)
+        answer = connection.getresponse()
+        return answer.status, answer.read().decode(errors="replace")
+    finally:
+        connection.close()
+
+
+def sendable(calls: Iterable[Call]) -> tuple[Call, bool]:
+    """A call whose request was kept, other than a HEAD where there is one; and whether it is a HEAD."""
+    kept = [c for c in calls if c.request is not None]
+    assert kept, "no request of these calls was kept"
+    call = next((c for c in kept if c.request is not None and c.request.method != "HEAD"), kept[0])
+    return call, call.request is not None and call.request.method == "HEAD"
 
 
 def describe(environ: dict[str, Any], body: bytes) -> list[Call]:
@@ -226,10 +273,13 @@ def without(statements: list[dict[str, Any]], index: int, action: str) -> list[d
     return out
 
 
-def necessity(calls: list[Call], statements: list[dict[str, Any]]) -> tuple[dict[str, list[Call]], list[str]]:
+def necessity(
+    calls: list[Call], statements: list[dict[str, Any]]
+) -> tuple[dict[tuple[int, str], list[Call]], list[str]]:
     """Each granted action taken out in turn: the calls it alone allowed (what a role without it would be denied),
-    and the grants no call needed (granted but unused, or allowed by another statement too)."""
-    needed: dict[str, list[Call]] = {}
+    by (statement index, action); and the grants no call needed (granted but unused, or allowed by another statement
+    too)."""
+    needed: dict[tuple[int, str], list[Call]] = {}
     unused: list[str] = []
     for i, statement in enumerate(statements):
         if statement.get("Effect") != "Allow":
@@ -237,7 +287,7 @@ def necessity(calls: list[Call], statements: list[dict[str, Any]]) -> tuple[dict
         for action in _as_list(statement.get("Action", [])):
             lost = denied(calls, without(statements, i, action))
             if lost:
-                needed[f"{action} (statement {i})"] = lost
+                needed[(i, action)] = lost
             else:
                 unused.append(f"{action} (statement {i}: {statement.get('Sid', 'no Sid')})")
     return needed, unused

@@ -35,13 +35,20 @@ PREFIX = "/apis/ray.io/v1/namespaces/"
 STS_HOST = re.compile(r"^sts(\.[a-z0-9-]+)?\.amazonaws\.com(\.cn)?$")
 
 
-def sts_token_verifier(cluster: str, sts_endpoint: str) -> Callable[[str], str]:
+def sts_token_verifier(
+    cluster: str, sts_endpoint: str, sessions: dict[str, dict[str, str]] | None = None
+) -> Callable[[str], str]:
     """Verify an EKS token as EKS does: a real STS host, a signed ``x-k8s-aws-id``, then call the URL.
 
     The call goes to ``sts_endpoint`` (moto's STS in tests) with the token's own path and query. moto's
     server picks the service from an ``Authorization`` header's credential scope and ignores the host, so
     a query-signed URL would land on its S3 backend; the URL's own credential and signature are restated
-    as a header to route it to STS (moto does not check signatures either way).
+    as a header to route it to STS (moto does not check signatures where IAM is not enforced).
+
+    Where it is (``tests.support.aws.enforced_iam``), moto checks every signature as a header's, which a query
+    signature is not: ``sessions`` (access key id -> the session's credentials, as ``tests.support.aws.assume``
+    gives them) then lets the verifier check the URL's signature itself, as STS does, and ask moto who the session
+    is with a call of its own, signed with it. A token of an unknown key is refused.
     """
 
     def verify(token: str) -> str:
@@ -54,6 +61,8 @@ def sts_token_verifier(cluster: str, sts_endpoint: str) -> Callable[[str], str]:
             raise PermissionError("token does not sign x-k8s-aws-id")
         if query.get("Action") != ["GetCallerIdentity"]:
             raise PermissionError("token is not a GetCallerIdentity call")
+        if sessions is not None:
+            return _identity_of_a_known_session(url, cluster, sts_endpoint, sessions)
         routing = (
             f"AWS4-HMAC-SHA256 Credential={query['X-Amz-Credential'][0]}, "
             f"SignedHeaders={query['X-Amz-SignedHeaders'][0]}, Signature={query['X-Amz-Signature'][0]}"
@@ -67,6 +76,47 @@ def sts_token_verifier(cluster: str, sts_endpoint: str) -> Callable[[str], str]:
         return body.split("<Arn>", 1)[1].split("</Arn>", 1)[0]
 
     return verify
+
+
+def _identity_of_a_known_session(
+    url: urllib.parse.SplitResult, cluster: str, sts_endpoint: str, sessions: dict[str, dict[str, str]]
+) -> str:
+    """STS's check of a presigned URL (SigV4 query signing, botocore's), then moto's answer to the session."""
+    import boto3
+    from botocore.auth import SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    pairs = urllib.parse.parse_qsl(url.query, keep_blank_values=True)
+    query = dict(pairs)
+    key, _, region, service, _ = query["X-Amz-Credential"].split("/")
+    session = sessions.get(key)
+    if session is None or query.get("X-Amz-Security-Token") != session.get("AWS_SESSION_TOKEN"):
+        raise PermissionError(f"token signed by an unknown session ({key[:24]})")
+    signed_at = datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    if (datetime.now(UTC) - signed_at).total_seconds() > int(query["X-Amz-Expires"]):
+        raise PermissionError("token expired")
+    unsigned = [(k, v) for k, v in pairs if k != "X-Amz-Signature"]
+    request = AWSRequest(
+        "GET",
+        urllib.parse.urlunsplit(url._replace(query=urllib.parse.urlencode(unsigned, quote_via=urllib.parse.quote))),
+        headers={CLUSTER_HEADER: cluster},
+    )
+    request.context["timestamp"] = query["X-Amz-Date"]
+    secret, session_token = session["AWS_SECRET_ACCESS_KEY"], session["AWS_SESSION_TOKEN"]
+    auth = SigV4QueryAuth(Credentials(key, secret, session_token), service, region)
+    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+    if expected != query["X-Amz-Signature"]:
+        raise PermissionError("token's signature does not match (or it signs another cluster)")
+    sts = boto3.client(
+        "sts",
+        endpoint_url=sts_endpoint,
+        region_name=region,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        aws_session_token=session_token,
+    )
+    return str(sts.get_caller_identity()["Arn"])
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:

@@ -77,9 +77,11 @@ def cluster_info(eks_client: Any, cluster: str) -> ClusterInfo:
         described = eks_client.describe_cluster(name=cluster)["cluster"]
     except ClientError as e:
         code = e.response.get("Error", {}).get("Code", "")
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if code == "ResourceNotFoundException":
             raise ConfigError(f"EKS cluster {cluster!r} does not exist in this region (ICEBATCH_EKS_CLUSTER)") from e
-        if code in {"AccessDeniedException", "UnauthorizedException"}:
+        # a 403 is a refusal whatever its body says (an error document botocore cannot read leaves only the status)
+        if code in {"AccessDeniedException", "UnauthorizedException"} or status == 403:
             raise ClusterPermissionError(
                 f"not allowed to describe EKS cluster {cluster!r}: grant the launcher's role eks:DescribeCluster "
                 "on it (template.yaml does)"
