@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 MARK = "HYGIENE_MARK"
+SHM = Path("/dev/shm")
+PREFIXES = ("psm_", "sem.mp-")
 
 
 def marked(mark: str) -> list[str]:
@@ -33,5 +35,6 @@ def marked(mark: str) -> list[str]:
 
 
 def shared_memory() -> set[str]:
-    """The names of the segments in /dev/shm that Python's multiprocessing.shared_memory makes (vLLM's queues)."""
-    return {p.name for p in Path("/dev/shm").glob("psm_*")}
+    """The names of the segments in /dev/shm that Python's multiprocessing makes: ``SharedMemory`` (``psm_``, vLLM's
+    queues) and named semaphores (``sem.mp-``, its locks under the spawn and forkserver start methods)."""
+    return {p.name for prefix in PREFIXES for p in SHM.glob(f"{prefix}*")}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -63,3 +65,32 @@ def test_a_segment_from_before_the_job_or_not_shared_memory_is_left_alone(tmp_pa
     finally:
         (SHM / before).unlink()
         other.unlink()
+
+
+LOCKER = """
+import multiprocessing, sys
+lock = multiprocessing.get_context("spawn").Lock()  # a named semaphore, unlinked by the resource tracker at exit
+print(lock._semlock.name, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_named_semaphore_of_a_tree_killed_with_its_resource_tracker_is_unlinked() -> None:
+    # given a job that started, then a process that holds a spawn-context lock (as vLLM's processes do)
+    since = time.time() - 0.01
+    locker = subprocess.Popen(
+        [sys.executable, "-c", LOCKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert locker.stdout is not None
+        name = "sem." + locker.stdout.readline().strip().lstrip("/")
+        assert (SHM / name).exists()
+    finally:
+        # when its whole group is killed without notice, multiprocessing's resource tracker included
+        os.killpg(locker.pid, signal.SIGKILL)
+        locker.wait(30)
+    time.sleep(0.5)  # the tracker, killed too, unlinks nothing
+    assert (SHM / name).exists()
+    # then the job's end unlinks it
+    assert name in unlink_left_segments(since)
+    assert not (SHM / name).exists()

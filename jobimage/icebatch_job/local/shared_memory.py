@@ -1,13 +1,15 @@
-"""vLLM's shared-memory queues leave no file in /dev/shm, however the job ends.
+"""vLLM's shared-memory queues and locks leave no file in /dev/shm, however the job ends.
 
 vLLM's engine core and its model worker talk through shared-memory ring buffers (``multiprocessing``'s
 ``SharedMemory``: a 160 MB and a 240 MB segment per engine), each created by its writer, which unlinks its
 name when the queue is collected. A process killed never collects it, and Ray ends the engine's actor by
-killing it at every run's end: each run would leave its pair in /dev/shm, whatever ended the job.
+killing it at every run's end: each run would leave its pair in /dev/shm, whatever ended the job. So with
+``multiprocessing``'s named semaphores (``sem.mp-*``, 32 bytes each, its locks under the spawn and forkserver
+start methods), which its resource tracker unlinks at exit unless it is killed with the rest of the tree.
 
 The job does not reach into vLLM for this. Once its processes are gone (at its exit, after Ray's shutdown; or,
 when it is killed without notice, by its watchdog, ``icebatch_job.local.reaper``), it unlinks the segments
-left since it started: in /dev/shm, with ``multiprocessing``'s prefix, this user's, changed at or after the
+left since it started: in /dev/shm, with one of ``multiprocessing``'s prefixes, this user's, changed at or after the
 job's start (waited for until ``SETTLE_SECONDS`` old), and mapped by no live process (a segment in use is mapped by
 its writer from its creation on, and by each reader from its opening). Another job's live queues are mapped;
 only what no process uses any more goes.
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 
 SHM = Path("/dev/shm")
-PREFIX = "psm_"  # multiprocessing.shared_memory's names
+PREFIXES = ("psm_", "sem.mp-")  # multiprocessing's SharedMemory's and named semaphores' names
 SETTLE_SECONDS = 1.0  # a segment younger than this may be between its creation and its writer's mmap
 
 
@@ -44,7 +46,7 @@ def unlink_left_segments(since: float, *, folder: Path = SHM) -> list[str]:
     rule; their names. A segment changed less than ``SETTLE_SECONDS`` ago is waited for first."""
     uid = os.getuid()
     candidates: dict[Path, float] = {}
-    for path in folder.glob(f"{PREFIX}*"):
+    for path in (path for prefix in PREFIXES for path in folder.glob(f"{prefix}*")):
         with contextlib.suppress(OSError):  # gone meanwhile
             st = path.lstat()
             if st.st_uid == uid and st.st_mtime >= since and path.is_file():
