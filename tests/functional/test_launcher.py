@@ -923,8 +923,10 @@ def test_consumers_whose_runs_pay_only_together_launch_together(
 
 
 def test_a_consumer_its_budget_refuses_leaves_the_group_and_the_other_is_priced_without_its_rows(
-    settings: Settings, k8s: RayJobApi, aws_endpoint: str
+    settings: Settings, k8s: RayJobApi, aws_endpoint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from icebatch.tools.cli.data import cmd_backlog, cmd_estimate
+
     # given two consumers of one model, each with the default cost gate, triage with a budget per run below any run
     entries = (
         {"name": "triage", "backlog_threshold": 50, "cost_reference": "cheapest", "budget": {"max_usd_per_run": 1e-6}},
@@ -945,6 +947,17 @@ def test_a_consumer_its_budget_refuses_leaves_the_group_and_the_other_is_priced_
     privacy = decided["privacy"]
     assert privacy["decision"] == "wait" and "priced with" not in privacy["reason"], privacy
     assert privacy["rows_to_pay"] > together and k8s.names() == []
+    # and `icebatch backlog` and `icebatch estimate` price them as the launcher does: each alone, triage's line
+    # saying why
+    capsys.readouterr()  # the handler's records
+    assert cmd_backlog(argparse.Namespace(consumer=None, json=True), s) == 0
+    listed = {b["consumer"]: b for b in json.loads(capsys.readouterr().out)}
+    assert [listed[n]["priced_with"] for n in ("triage", "privacy")] == [[], []]
+    assert listed["privacy"]["cost_gate"]["rows_to_pay"] == privacy["rows_to_pay"]
+    assert cmd_estimate(argparse.Namespace(consumer=None, json=True), s) == 0
+    estimated = {e["consumer"]: e for e in json.loads(capsys.readouterr().out)}
+    assert "priced alone: over budget: the run is estimated at" in estimated["triage"]["cost_gate_summary"]
+    assert estimated["privacy"]["priced_with"] == [] and "priced" not in estimated["privacy"]["cost_gate_summary"]
 
 
 @pytest.mark.parametrize(("before", "billed"), [(95, True), (4000, False)])

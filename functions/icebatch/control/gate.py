@@ -208,19 +208,26 @@ def _waits_for_rows_that_pay(g: GateInput) -> GateResult | None:
 
 
 def _over_budget(g: GateInput) -> GateResult | None:
-    if g.max_usd_per_run is not None and g.estimate_usd > g.max_usd_per_run:
+    return over_budget(g.estimate_usd, g.spent_today_usd, g.max_usd_per_run, g.max_usd_per_day)
+
+
+def over_budget(
+    estimate_usd: float, spent_today_usd: float, max_usd_per_run: float | None, max_usd_per_day: float | None
+) -> GateResult | None:
+    """The budget's refusal of a run estimated at ``estimate_usd`` (None: the budget allows it)."""
+    if max_usd_per_run is not None and estimate_usd > max_usd_per_run:
         return GateResult(
             "skip",
-            f"over budget: the run is estimated at {usd(g.estimate_usd)}, more than the consumer's "
-            f"{usd(g.max_usd_per_run)} per run (see `icebatch estimate`; raise the budget in the consumers "
+            f"over budget: the run is estimated at {usd(estimate_usd)}, more than the consumer's "
+            f"{usd(max_usd_per_run)} per run (see `icebatch estimate`; raise the budget in the consumers "
             "file, or `icebatch ledger reset` to start later)",
             over_budget=True,
         )
-    if g.max_usd_per_day is not None and g.spent_today_usd + g.estimate_usd > g.max_usd_per_day:
+    if max_usd_per_day is not None and spent_today_usd + estimate_usd > max_usd_per_day:
         return GateResult(
             "skip",
-            f"over budget: {usd(g.spent_today_usd)} spent today plus an estimated {usd(g.estimate_usd)} is more "
-            f"than the consumer's {usd(g.max_usd_per_day)} per day; the next day's schedule tries again",
+            f"over budget: {usd(spent_today_usd)} spent today plus an estimated {usd(estimate_usd)} is more "
+            f"than the consumer's {usd(max_usd_per_day)} per day; the next day's schedule tries again",
             over_budget=True,
         )
     return None

@@ -22,9 +22,12 @@ from icebatch.tools.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from icebatch.core.consumers import Consumer
     from icebatch.core.costs.estimate import CostCheck
     from icebatch.core.costs.lease import Member
-    from icebatch.core.ledger import Pending
+    from icebatch.core.ledger import Pending, RunRecord
 
 
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
@@ -67,7 +70,8 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.core.costs.lease import Member
     from icebatch.core.ledger import open_ledger
 
-    found, stale, costs, members = [], set(), {}, []
+    found, stale, costs, members, held = [], set(), {}, [], {}
+    now = datetime.now(UTC)
     for c in selected(settings, args.consumer):
         ledger = open_ledger(settings, c, control_plane=True)
         progress, source = ledger.progress(), ledger.source()
@@ -79,7 +83,9 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
         costs[c.name] = cost_check(backlog.rows, c, runs, settings) if progress.pending is None else None
         if costs[c.name] is not None:
             members.append(Member(c, backlog.rows, runs))
-    together = _priced_together(members, costs, settings)
+            if refusal := _budget_refusal(c, backlog.rows, runs, settings, now):
+                held[c.name] = refusal
+    together = _priced_together(members, costs, settings, held)
     if args.json:
         print_json(
             [
@@ -118,7 +124,7 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
                 "live files (by data sequence number; format v1: all of them) and matched by content"
             )
         if (check := costs[c.name]) is not None:
-            print(f"cost gate             : {check.summary()}{_with_others(together.get(c.name))}")
+            print(f"cost gate             : {check.summary()}{_with_others(together.get(c.name), held.get(c.name))}")
         if p is not None:
             print(f"in progress           : {p.describe()} (to snapshot {p.to_snapshot_inclusive})")
         if c.name in stale:
@@ -131,19 +137,40 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _priced_together(
-    members: list[Member], checks: dict[str, CostCheck | None], settings: Settings
+    members: list[Member], checks: dict[str, CostCheck | None], settings: Settings, held: dict[str, str]
 ) -> dict[str, tuple[str, ...]]:
     """As the launcher prices them: each consumer's run with the others of its model (one job), its check replaced in
-    ``checks``; consumer -> the others."""
+    ``checks``; consumer -> the others. A consumer its budget holds back (``held``) is priced alone, and the others
+    without its rows (``icebatch.control.launcher.decide_together``)."""
     from icebatch.core.costs.lease import shared_prices
 
     together = {}
-    for name, (check, others) in shared_prices(members, settings).items():
+    for name, (check, others) in shared_prices([m for m in members if m.consumer.name not in held], settings).items():
         checks[name], together[name] = check, others
     return together
 
 
-def _with_others(others: tuple[str, ...] | None) -> str:
+def _budget_refusal(consumer: Consumer, rows: int, runs: Sequence[RunRecord], settings: Settings, now: datetime) -> str:
+    """Why the consumer's budget refuses a run over ``rows`` now ("" when it allows it), as the launcher's gate says."""
+    from icebatch.control.failure_records import failures_on_record
+    from icebatch.control.gate import over_budget
+    from icebatch.core.costs.estimate import estimate_run, spent_on, start_of
+
+    budget = consumer.budget
+    if budget is None or rows <= 0:
+        return ""
+    spent = 0.0
+    if budget.max_usd_per_day is not None:
+        spent = spent_on(now, runs, settings, failures_on_record(settings, [consumer.name], since=start_of(now)))
+    refusal = over_budget(
+        estimate_run(rows, consumer, runs, settings).usd, spent, budget.max_usd_per_run, budget.max_usd_per_day
+    )
+    return refusal.reason if refusal else ""
+
+
+def _with_others(others: tuple[str, ...] | None, held: str | None = None) -> str:
+    if held:
+        return f" (priced alone: {held})"
     return f" (priced with {', '.join(others)}'s rows: one job)" if others else ""
 
 
@@ -154,14 +181,17 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     from icebatch.core.ledger import open_ledger
 
     now = datetime.now(UTC)
-    out, seen = [], []
+    out, seen, held = [], [], {}
     for consumer in selected(settings, args.consumer):
         ledger = open_ledger(settings, consumer, control_plane=True)
         runs = ledger.runs()
         backlog = ledger.backlog()
         seen.append((consumer, runs, backlog, cost_check(backlog.rows, consumer, runs, settings)))
+        if refusal := _budget_refusal(consumer, backlog.rows, runs, settings, now):
+            held[consumer.name] = refusal
     checks = {c.name: check for c, _, _, check in seen}
-    together = _priced_together([Member(c, b.rows, r) for c, r, b, check in seen if check], checks, settings)
+    members = [Member(c, b.rows, r) for c, r, b, check in seen if check]
+    together = _priced_together(members, checks, settings, held)
     for consumer, runs, backlog, _ in seen:
         estimate = estimate_run(backlog.rows, consumer, runs, settings)
         check = checks[consumer.name]
@@ -170,7 +200,11 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
             {
                 **estimate.to_dict(),
                 "cost_gate": check.to_dict() if check else None,
-                "cost_gate_summary": f"{check.summary()}{_with_others(together.get(consumer.name))}" if check else None,
+                "cost_gate_summary": (
+                    f"{check.summary()}{_with_others(together.get(consumer.name), held.get(consumer.name))}"
+                    if check
+                    else None
+                ),
                 "priced_with": list(together.get(consumer.name, ())),
                 "watermark_snapshot_id": backlog.watermark_snapshot_id,
                 "current_snapshot_id": backlog.current_snapshot_id,
