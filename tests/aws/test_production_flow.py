@@ -33,7 +33,7 @@ from tests.aws.deploy import deploy
 from tests.aws.world import NAMESPACE, STACK, World
 from tests.support.aws import CREDS, REGION, client
 from tests.support.crd import VERSIONS, errors
-from tests.support.iam_audit import denied, necessity, replay, role_statements, sendable, without
+from tests.support.iam_audit import Call, denied, necessity, replay, role_statements, sendable, without
 
 pytestmark = pytest.mark.aws
 JOB_TIMEOUT = 900
@@ -217,18 +217,26 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
         statements = role_statements(d.stack, role)
         assert denied(calls, statements) == [], role
         # and each action the flow needs, taken out of the role in turn, denies the calls that need it, by name: in
-        # the audit, and in moto, sent again as they were signed (moto names the action; S3 says Access Denied)
-        needed, unused[role] = necessity(calls, statements)
-        for (index, action), lost in needed.items():
-            assert all(c.action.lower() == action.lower() or "*" in action for c in lost), (action, lost)
-            # (a HEAD's answer has no body to name anything: another call is sent where there is one)
-            call, head = sendable(lost)
-            with d.role_granting(role, without(statements, index, action)):
-                status, body = replay(world.endpoint, call)
-            assert status == 403 and ("AccessDenied" in body or head), (role, action, status, body[:400])
-            assert action.startswith("s3:") or f"not authorized to perform: {action.lower()}" in body.lower(), body
+        # the audit, and in moto, sent again as they were signed
+        unused[role] = _each_needed_action_denied(world, role, calls)
     # and what the roles grant that this flow never needs is the known list (other paths need it: docs/deploy.md)
     assert unused == GRANTED_FOR_OTHER_PATHS, unused
+
+
+def _each_needed_action_denied(world: World, role: str, calls: list[Call]) -> list[str]:
+    """Each action of the role that some of ``calls`` need, taken out of it in turn: the audit denies those calls,
+    and moto, one of them sent again as it was signed (naming the action; S3's errors name none); the grants no call
+    needed."""
+    d, statements = world.deployed, role_statements(world.deployed.stack, role)
+    needed, unused = necessity(calls, statements)
+    for (index, action), lost in needed.items():
+        assert all(c.action.lower() == action.lower() or "*" in action for c in lost), (action, lost)
+        call, head = sendable(lost)  # a HEAD's answer has no body to name anything: another call where there is one
+        with d.role_granting(role, without(statements, index, action)):
+            status, body = replay(world.endpoint, call)
+        assert status == 403 and ("AccessDenied" in body or head), (role, action, status, body[:400])
+        assert action.startswith("s3:") or f"not authorized to perform: {action.lower()}" in body.lower(), body
+    return unused
 
 
 def _topic_messages(world: World) -> list[dict[str, Any]]:
@@ -318,10 +326,13 @@ def test_a_failed_job_is_on_record_in_s3_where_icebatch_runs_finds_it(world: Wor
     # then the failure is on record under the stack's warehouse prefix
     prefix = f"s3://{world.bucket}/warehouse/_icebatch/{STACK}/failures/triage/"
     assert response["status"] == "reported" and response["failure_record"].startswith(prefix), response
-    # and its role as deployed allows that write (and everything else the reporter did)
+    # and its role as deployed allows that write (and everything else the reporter did), which needs the grant kept
+    # for it (GRANTED_FOR_OTHER_PATHS): taken out, moto denies the write
     calls = world.recorder.by(d.key("ReporterFunctionRole"))
     assert [c for c in calls if c.action == "s3:PutObject" and "/_icebatch/" in c.resources[0]], calls
     assert denied(calls, role_statements(d.stack, "ReporterFunctionRole")) == []
+    unused = _each_needed_action_denied(world, "ReporterFunctionRole", calls)
+    assert "s3:PutObject (statement 6: PutFailuresOnRecordForIcebatchRuns)" not in unused, unused
     # when an operator asks `icebatch runs` with the stack's settings (as docs/operating.md says)
     stack_env = {k: v for k, v in d.function_env("LauncherFunction").items() if k.startswith("ICEBATCH_")}
     operator = subprocess.run(
