@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import random
@@ -26,7 +27,7 @@ from typing import Any
 import boto3
 import pyarrow as pa
 import pytest
-from icebatch.control.backends.eks_auth import _CLUSTERS, cluster_info
+from icebatch.control.backends.eks_auth import _CLUSTERS, TOKEN_PREFIX, cluster_info
 from icebatch.control.backends.kuberay import KubeRayBackend
 from icebatch.control.launcher import launch
 from icebatch.control.triggers import parse_trigger
@@ -43,7 +44,7 @@ from tests.support.aws import REGION, assume, client, enforced_iam
 from tests.support.consumers import consumers_file
 from tests.support.emf import metric_names
 from tests.support.failing_aws import failing_endpoint
-from tests.support.k8s_api import RayJobApi, sts_token_verifier
+from tests.support.k8s_api import RayJobApi, decode_token, sts_token_verifier
 from tests.support.runs import Crash, dies_after, run_once
 
 pytestmark = pytest.mark.functional
@@ -552,6 +553,39 @@ def test_tokens_carry_the_partitions_real_sts_endpoint_whatever_the_override(
     url = decode_token(mint_token(session, CLUSTER, region))
     assert url.startswith(f"https://{host}/?Action=GetCallerIdentity")
     assert "X-Amz-Expires=60" in url and "x-k8s-aws-id" in url and "AKIATEST" in url
+
+
+def test_with_iam_enforced_a_token_is_checked_as_sts_checks_it_and_names_its_role(aws_endpoint: str) -> None:
+    from icebatch.control.backends.eks_auth import mint_token
+
+    # given a role, a session of it, and the EKS token verifier that knows that session (IAM enforced)
+    iam, name = client("iam", aws_endpoint), f"token-{uuid.uuid4().hex[:6]}"
+    trust = {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    arn = iam.create_role(
+        RoleName=name, AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [trust]})
+    )["Role"]["Arn"]
+    with enforced_iam(aws_endpoint):
+        session = assume(aws_endpoint, arn, "launcher")
+        verify = sts_token_verifier(CLUSTER, aws_endpoint, {session["AWS_ACCESS_KEY_ID"]: session})
+        boto = boto3.session.Session(
+            region_name=REGION,
+            aws_access_key_id=session["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=session["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=session["AWS_SESSION_TOKEN"],
+        )
+        token = mint_token(boto, CLUSTER, REGION)
+        # when the launcher's token is verified, then it is the role's session, as STS names it
+        assert verify(token) == f"arn:aws:sts::123456789012:assumed-role/{name}/launcher"
+        # and a token shown to another cluster, or with its signature altered, or of an unknown session, is refused
+        sessions = {session["AWS_ACCESS_KEY_ID"]: session}
+        with pytest.raises(PermissionError, match="signature does not match"):
+            sts_token_verifier("another-cluster", aws_endpoint, sessions)(token)
+        url = decode_token(token)
+        altered = url[:-4] + ("0000" if not url.endswith("0000") else "1111")
+        with pytest.raises(PermissionError, match="signature does not match"):
+            verify(TOKEN_PREFIX + base64.urlsafe_b64encode(altered.encode()).decode().rstrip("="))
+        with pytest.raises(PermissionError, match="unknown session"):
+            sts_token_verifier(CLUSTER, aws_endpoint, {})(token)
 
 
 def test_a_catalog_that_cannot_be_reached_is_retried_and_counted(

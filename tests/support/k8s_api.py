@@ -32,6 +32,7 @@ PREFIX = "/apis/ray.io/v1/namespaces/"
 
 
 # The hosts EKS (aws-iam-authenticator) accepts in a token's presigned URL: real STS endpoints only.
+TOKEN_SECONDS = 15 * 60  # how long EKS takes a token from its signing
 STS_HOST = re.compile(r"^sts(\.[a-z0-9-]+)?\.amazonaws\.com(\.cn)?$")
 
 
@@ -93,8 +94,9 @@ def _identity_of_a_known_session(
     session = sessions.get(key)
     if session is None or query.get("X-Amz-Security-Token") != session.get("AWS_SESSION_TOKEN"):
         raise PermissionError(f"token signed by an unknown session ({key[:24]})")
+    # as aws-iam-authenticator: 15 minutes from its signing, whatever X-Amz-Expires says (STS ignores it for this call)
     signed_at = datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-    if (datetime.now(UTC) - signed_at).total_seconds() > int(query["X-Amz-Expires"]):
+    if (datetime.now(UTC) - signed_at).total_seconds() > TOKEN_SECONDS:
         raise PermissionError("token expired")
     unsigned = [(k, v) for k, v in pairs if k != "X-Amz-Signature"]
     request = AWSRequest(
