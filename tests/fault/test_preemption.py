@@ -346,7 +346,8 @@ def _name(p: psutil.Process) -> str:
         return "?"
 
 
-@pytest.mark.parametrize("point", ["commit.before@2", "commit.after@2"])
+# (killed after the catalog has such a commit: the shared job's lingering round below, the same ledger's resume)
+@pytest.mark.parametrize("point", ["commit.before@2"])
 def test_a_lingering_job_killed_in_the_range_it_took_loses_and_doubles_nothing(
     job_settings: Settings, point: str
 ) -> None:
