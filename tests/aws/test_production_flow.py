@@ -33,29 +33,22 @@ from tests.aws.deploy import deploy
 from tests.aws.world import NAMESPACE, STACK, World
 from tests.support.aws import CREDS, REGION, client
 from tests.support.crd import VERSIONS, errors
-from tests.support.iam_audit import Call, denied, necessity, replay, role_statements, sendable, without
+from tests.support.iam_audit import (
+    Call,
+    denied,
+    granting,
+    made_by_aws_as,
+    necessity,
+    replay,
+    role_statements,
+    sendable,
+    without,
+)
 
 pytestmark = pytest.mark.aws
 JOB_TIMEOUT = 900
 ROWS = 200  # at least both bundled consumers' backlog thresholds (triage 100, privacy 200); too few to pay
-# What the roles grant that a run's happy path never calls (the aws tier takes each grant out in turn: these deny
-# nothing here), and the path that needs each (docs/limitations.md)
-GRANTED_FOR_OTHER_PATHS = {
-    "LauncherFunctionRole": [
-        "sqs:SendMessage (statement 0: no Sid)",  # the async invocation's failure destination, once retries run out
-        "s3:GetObject (statement 4: ReadFailuresOnRecordForTheDailyBudget)",  # a failure on record (none here)
-    ],
-    "ReporterFunctionRole": [
-        "sqs:SendMessage (statement 0: no Sid)",  # the same failure destination
-        "kms:GenerateDataKey* (statement 2: PublishToTheEncryptedTopic)",  # SNS calls KMS as the publisher; moto not
-        "kms:Decrypt (statement 2: PublishToTheEncryptedTopic)",
-        "dynamodb:GetItem (statement 3: IdempotencyRecords)",  # an event delivered twice (Powertools' idempotency)
-        "dynamodb:DeleteItem (statement 3: IdempotencyRecords)",  # a report that failed: its record is let go
-        "s3:PutObject (statement 6: PutFailuresOnRecordForIcebatchRuns)",  # a failed job's record (its own test)
-    ],
-    "JobRole": ["s3:DeleteObject (statement 3: WriteTheResultsTable)"],  # a chunk's files discarded after a lost race
-    "WarehouseEventBridgeFunctionRole": [],
-}
+ROLES = ("LauncherFunctionRole", "ReporterFunctionRole", "JobRole", "WarehouseEventBridgeFunctionRole")
 
 
 def _run_like_the_pod(world: World, manifest: dict[str, Any]) -> subprocess.CompletedProcess[str]:
@@ -126,12 +119,23 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
     [glue_event] = d.drain("LauncherFunction", expect=1)
     assert glue_event["detail"]["typeOfChange"] == "UpdateTable"
 
+    # and an attempt of triage that failed earlier today, reported by the deployed reporter (its record in S3)
+    failure = _failed_event(run_id=f"triage-{uuid.uuid4().hex[:6]}")
+    client("events", world.endpoint).put_events(Entries=[failure])
+    [failed] = d.drain("ReporterFunction", expect=1)
+    assert d.invoke("ReporterFunction", failed).response["status"] == "reported"
+    [failure_report] = _topic_messages(world)
+    assert failure_report["Subject"].startswith("icebatch triage: FAILED"), failure_report["Subject"]
+
     # when the launcher is invoked with the newest metadata event, then the bundled consumers' cost gate waits: a
     # run of so few rows would cost more per 1k rows, start-up and idle tail included, than a batch API; the two
     # consumers share a model, so they are priced as one job over both's rows
     waits = {x["consumer"]: x for x in d.invoke("LauncherFunction", s3_events[-1]).response["decisions"]}
     assert {x["decision"] for x in waits.values()} == {"wait"} and world.k8s.names(NAMESPACE) == [], waits
     assert all("(priced with" in x["reason"] for x in waits.values()), waits
+    # and triage's spend today counts the failed attempt, read from its record with the launcher's role
+    spent = json.loads(failure["Detail"])["cost"]["lifetime_cost"]
+    assert (waits["triage"]["spent_today_usd"], waits["privacy"]["spent_today_usd"]) == (round(spent, 6), 0), waits
     more = -(-max(x["rows_to_pay"] for x in waits.values()) // 2) - ROWS  # each new ticket is a row for both
     assert more > 0
     # when as many more rows as make their shared run pay are committed, and the launcher gets that commit's event
@@ -183,7 +187,16 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
         ("Batch Job Completed", "triage"),
     ]
 
-    # when the reporter gets each, twice (at-least-once delivery)
+    # when the reporter gets the first while its role may not publish (a deploy that lost the grant)
+    reporter = role_statements(d.stack, "ReporterFunctionRole")
+    with d.role_granting("ReporterFunctionRole", without(reporter, granting(reporter, "sns:Publish"), "sns:Publish")):
+        refused = d.invoke("ReporterFunction", completed[0], check=False)
+    # then no report went out, and the failure was raised for Lambda to retry or said (SNS's AuthorizationError is
+    # permanent: a retry cannot fix a grant)
+    assert refused.raised or refused.response["status"] == "error", refused.response
+    assert _topic_messages(world) == []
+    # when the reporter gets each, twice (at-least-once delivery), the grant back: each is reported once (the record
+    # of the refused report was let go)
     for event in completed:
         first = d.invoke("ReporterFunction", event).response
         second = d.invoke("ReporterFunction", event).response
@@ -211,16 +224,17 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
     # enforcing IAM, answered every one of them signed with a session of the role; the audit checked each against the
     # role's resources and conditions too, which moto does not (tests/support/aws.py)
     unused = {}
-    for role in ("LauncherFunctionRole", "ReporterFunctionRole", "JobRole", "WarehouseEventBridgeFunctionRole"):
+    for role in ROLES:
         calls = world.recorder.by(d.key(role))
         assert calls, f"{role} made no call: the audit would prove nothing"
+        calls += made_by_aws_as(d.stack, role, calls)  # a failure destination, KMS for the encrypted topic
         statements = role_statements(d.stack, role)
         assert denied(calls, statements) == [], role
         # and each action the flow needs, taken out of the role in turn, denies the calls that need it, by name: in
         # the audit, and in moto, sent again as they were signed
         unused[role] = _each_needed_action_denied(world, role, calls)
-    # and what the roles grant that this flow never needs is the known list (other paths need it: docs/deploy.md)
-    assert unused == GRANTED_FOR_OTHER_PATHS, unused
+    # and the roles grant nothing this flow does not need
+    assert unused == {role: [] for role in ROLES}, unused
 
 
 def _each_needed_action_denied(world: World, role: str, calls: list[Call]) -> list[str]:
@@ -231,6 +245,8 @@ def _each_needed_action_denied(world: World, role: str, calls: list[Call]) -> li
     needed, unused = necessity(calls, statements)
     for (index, action), lost in needed.items():
         assert all(c.action.lower() == action.lower() or "*" in action for c in lost), (action, lost)
+        if all(c.request is None for c in lost):
+            continue  # calls AWS makes as the role (made_by_aws_as): moto makes none to deny
         call, head = sendable(lost)  # a HEAD's answer has no body to name anything: another call where there is one
         with d.role_granting(role, without(statements, index, action)):
             status, body = replay(world.endpoint, call)
@@ -312,22 +328,17 @@ def test_a_failed_job_is_on_record_in_s3_where_icebatch_runs_finds_it(world: Wor
     # given a job that failed, its event sent as the job sends it
     s = world.launcher_settings()
     ensure_source_table(open_catalog(s), s.catalog.source_table)  # as it is after the first test; this one alone too
-    example = json.loads(
-        (Path(__file__).resolve().parents[2] / "eventbridge/examples/valid/batch-job-failed.json").read_text()
-    )
     run_id = f"triage-20261205T020000-{uuid.uuid4().hex[:6]}"
-    detail = {**example["detail"], "deployment": STACK, "run_id": run_id, "failed_at": _now()}
-    client("events", world.endpoint).put_events(
-        Entries=[{"Source": "icebatch", "DetailType": "Batch Job Failed", "Detail": json.dumps(detail)}]
-    )
+    client("events", world.endpoint).put_events(Entries=[_failed_event(run_id)])
     # when the deployed rule delivers it to the reporter, with its role as deployed
     [event] = d.drain("ReporterFunction", expect=1)
     response = d.invoke("ReporterFunction", event).response
-    # then the failure is on record under the stack's warehouse prefix
+    # then its report went out
+    assert [m["Subject"] for m in _topic_messages(world)] == ["icebatch triage: FAILED (OutOfMemoryError) at start"]
+    # and the failure is on record under the stack's warehouse prefix
     prefix = f"s3://{world.bucket}/warehouse/_icebatch/{STACK}/failures/triage/"
     assert response["status"] == "reported" and response["failure_record"].startswith(prefix), response
-    # and its role as deployed allows that write (and everything else the reporter did), which needs the grant kept
-    # for it (GRANTED_FOR_OTHER_PATHS): taken out, moto denies the write
+    # and its role as deployed allows that write (and everything else the reporter did): taken out, moto denies it
     calls = world.recorder.by(d.key("ReporterFunctionRole"))
     assert [c for c in calls if c.action == "s3:PutObject" and "/_icebatch/" in c.resources[0]], calls
     assert denied(calls, role_statements(d.stack, "ReporterFunctionRole")) == []
@@ -356,6 +367,15 @@ def test_a_failed_job_is_on_record_in_s3_where_icebatch_runs_finds_it(world: Wor
     assert operator.returncode == 0, operator.stderr[-3000:]
     [row] = [r for r in json.loads(operator.stdout)["runs"] if r["run_id"] == run_id]
     assert row["status"] == "failed" and row["note"].startswith("start: CUDA out of memory"), row
+
+
+def _failed_event(run_id: str) -> dict[str, str]:
+    """A "Batch Job Failed" entry for PutEvents, as the job sends it, of this stack, failed now."""
+    example = json.loads(
+        (Path(__file__).resolve().parents[2] / "eventbridge/examples/valid/batch-job-failed.json").read_text()
+    )
+    detail = {**example["detail"], "deployment": STACK, "run_id": run_id, "failed_at": _now()}
+    return {"Source": "icebatch", "DetailType": "Batch Job Failed", "Detail": json.dumps(detail)}
 
 
 def _now() -> str:

@@ -11,6 +11,8 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pytest
@@ -23,6 +25,7 @@ from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run
 from icebatch_job.example.tickets import append_tickets, ensure_source_table, generate_tickets
 from icebatch_job.plan.source import read_rows
 from icebatch_job.plan.work import plan_work
+from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from tests.support.consumers import triage
 from tests.support.runs import Crash, dies_after, expire_all_but_current, labelled, run_once, source_ids
@@ -236,6 +239,41 @@ def test_two_attempts_of_one_run_at_once_commit_each_row_once(
     _assert_each_source_row_once(ledger)
     assert int(_ledger_snapshots(ledger)[-1][Key.ROWS]) == 120
     assert "another attempt committed up to chunk" in caplog.text
+
+
+def test_a_lost_race_whose_files_may_not_be_deleted_leaves_them_unlisted_and_each_row_once(
+    settings: Settings, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given two attempts that planned one range together (a stale retry beside a new one)
+    ledger = _ledger(settings, snapshots=2, rows=10)
+    plans = [ledger.plan(), ledger.plan()]
+    # and a store that refuses deletes, as S3 refuses the job's role (template.yaml grants it no s3:DeleteObject;
+    # pyiceberg raises this for S3's AccessDenied)
+    refused: list[str] = []
+
+    def denied(self: PyArrowFileIO, location: object) -> None:
+        refused.append(str(getattr(location, "location", location)))
+        raise PermissionError(f"Cannot delete file, access denied: {refused[-1]}")
+
+    monkeypatch.setattr(PyArrowFileIO, "delete", denied)
+
+    def the_other_commits_first(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        held = list(batches)
+        assert run_once(open_ledger(settings, triage(settings)), plan=plans[1]) is not None
+        yield from held
+
+    # when the other attempt commits the whole range while the first holds its rows
+    with pytest.raises(WatermarkConflictError):
+        run_once(ledger, plan=plans[0], transform=the_other_commits_first)
+    # then the loser's data files stay where they were written, named in a warning, and no snapshot lists them
+    assert refused and all(Path(urlsplit(p).path).exists() for p in refused), refused
+    assert all(p in caplog.text for p in refused) and "orphan-file removal deletes it" in caplog.text
+    results = ledger.results()
+    assert results is not None
+    listed = {f.file.file_path for f in results.scan().plan_files()}
+    assert listed and not listed & set(refused)
+    # and every source row has its result exactly once
+    _assert_each_source_row_once(ledger)
 
 
 def test_a_chunk_chain_that_does_not_continue_the_watermark_is_refused(settings: Settings) -> None:

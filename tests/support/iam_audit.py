@@ -256,8 +256,46 @@ def role_statements(stack: Any, role_logical_id: str) -> list[dict[str, Any]]:
     return [s for policy in props.get("Policies", []) for s in _as_list(policy["PolicyDocument"]["Statement"])]
 
 
+def made_by_aws_as(stack: Any, role_logical_id: str, calls: Iterable[Call]) -> list[Call]:
+    """The calls AWS services make with a role's credentials, which no code of ours sends (nor moto makes), derived
+    from the stack and the role's own ``calls``:
+
+    - Lambda sends an asynchronous event that used up its retries to the function's ``OnFailure`` destination as the
+      function's execution role (an SQS queue: ``sqs:SendMessage`` on it);
+    - SNS, given a message for a topic encrypted with a KMS key, asks KMS for a data key as the publisher
+      (``kms:GenerateDataKey`` and ``kms:Decrypt`` on the key), for each topic the role published to.
+
+    Their ``request`` is None: there is nothing to send again."""
+    raw = stack.template["Resources"]
+    made: list[Call] = []
+    key = next((c.key for c in calls), "")
+    for logical in stack.resources("AWS::Lambda::EventInvokeConfig"):
+        function = raw[logical]["Properties"]["FunctionName"]["Ref"]
+        if raw[function]["Properties"]["Role"]["Fn::GetAtt"][0] != role_logical_id:
+            continue
+        destination = stack.properties(logical).get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+        if destination:
+            if not str(destination).startswith("arn:aws:sqs:"):
+                raise ValueError(f"{logical}: an OnFailure destination this audit does not know: {destination}")
+            made.append(Call(key, "sqs", "sqs:SendMessage", (str(destination),)))
+    published = {r for c in calls if c.action == "sns:Publish" for r in c.resources}
+    for logical in stack.resources("AWS::SNS::Topic"):
+        encrypted_with = raw[logical]["Properties"].get("KmsMasterKeyId")
+        if encrypted_with is None or stack.physical[logical] not in published:
+            continue
+        key_arn = stack.attributes[(encrypted_with["Ref"], "Arn")]
+        made += [Call(key, "kms", action, (key_arn,)) for action in ("kms:GenerateDataKey", "kms:Decrypt")]
+    return made
+
+
 def denied(calls: Iterable[Call], statements: list[dict[str, Any]]) -> list[Call]:
     return sorted({c for c in calls if not allows(statements, c)}, key=str)
+
+
+def granting(statements: list[dict[str, Any]], action: str) -> int:
+    """The index of the one statement that grants ``action`` (by name, not by a wildcard)."""
+    [index] = [i for i, s in enumerate(statements) if action in _as_list(s.get("Action", []))]
+    return index
 
 
 def without(statements: list[dict[str, Any]], index: int, action: str) -> list[dict[str, Any]]:

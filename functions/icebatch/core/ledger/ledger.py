@@ -644,7 +644,11 @@ class ResultsLedger:
         return resolve_columns(source.schema(), self.consumer, recorded, lenient=True)
 
     def discard(self, data_files: Sequence[DataFile]) -> None:
-        """Delete data files of a run that will not be committed (best effort: orphans are harmless)."""
+        """Delete data files of a run that will not be committed (best effort: orphans are harmless).
+
+        The job's role on AWS may not delete (template.yaml grants it no ``s3:DeleteObject``): there the files
+        stay, listed by no snapshot, until the table's orphan-file removal deletes them.
+        """
         table = self.results()
         if table is None:
             return
@@ -652,7 +656,12 @@ class ResultsLedger:
             try:
                 table.io.delete(f.file_path)
             except OSError as e:
-                log.warning("could not delete discarded data file %s: %s", f.file_path, e)
+                log.warning(
+                    "discarded data file %s left in place (%s): no snapshot lists it; the table's orphan-file "
+                    "removal deletes it",
+                    f.file_path,
+                    e,
+                )
 
 
 def _has_results_of(results: Table, task_version: int) -> bool:
