@@ -112,7 +112,7 @@ beside = mkdir -p $(LOGS); echo "== $(2) started in the background (log: $(LOGS)
 	fg=0; $(3) || fg=$$?; rc=0; wait $$bg || rc=$$?; \
 	echo "== $(2) (exit $$rc)"; cat $(LOGS)/$(2).log; [ $$fg -eq 0 ] && [ $$rc -eq 0 ]
 
-LIGHT = ( rc=0; $(PY) -m pytest -m "$(FAST)" $(PYTEST_ARGS) || rc=1; \
+LIGHT = ( rc=0; $(PY) -m pytest -m "$(FAST)" --durations=15 $(PYTEST_ARGS) || rc=1; \
 	$(MAKE) --no-print-directory reliability RELIABILITY_REPEAT=5 || rc=1; exit $$rc )
 HEAVY = ( rc=0; for tier in hygiene fault aws "engine or e2e"; do echo "== $$tier"; \
 	$(PY) -m pytest -m "$$tier" --durations=5 $(PYTEST_ARGS) || rc=1; done; exit $$rc )
@@ -192,7 +192,7 @@ bench: env
 	$(PY) -m bench.streaming_history
 	$(PY) -m bench.content_identity
 	$(PY) -m bench.pipeline_vs_bare --rows 2000 --runs 3 $(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))
-	$(PY) -m bench.pipeline_vs_bare --rows 1000 --runs 2 --model small --output-tokens 48
+	$(PY) -m bench.pipeline_vs_bare --rows 6000 --runs 2 --model small --output-tokens 48 $(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))
 	$(PY) -m bench.scale_out --rows 1000
 	$(PY) -m bench.chunk_cost --rows 2000
 	$(PY) -m bench.tokens_per_row
