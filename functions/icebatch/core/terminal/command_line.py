@@ -89,10 +89,9 @@ def missing_extra(error: BaseException) -> MissingExtraError | None:
     extra = EXTRAS.get(name)
     if extra is None:
         return None
-    index = f" --extra-index-url {CPU_INDEX}" if extra == "local" else ""
-    hint = " (a GPU node's image: icebatch[gpu])" if extra == "local" else ""
+    where = f" --extra-index-url {CPU_INDEX} (a GPU node's image: icebatch[gpu])" if extra == "local" else ""
     return MissingExtraError(
-        f"this needs {name}, which the {extra!r} extra installs: pip install 'icebatch[{extra}]'{index}{hint}"
+        f"this needs {name}, which the {extra!r} extra installs: pip install 'icebatch[{extra}]'{where}"
     )
 
 
