@@ -49,6 +49,7 @@ from icebatch_job.commit.chunks import Attempt, ChunkCommitter, ChunkPolicy, run
 from icebatch_job.commit.results import RunStats, batch_engine_seconds
 from icebatch_job.commit.sharing import Sharing
 from icebatch_job.linger import Linger
+from icebatch_job.process.engine_start import EngineStart, engine_start
 from icebatch_job.process.interrupts import Interrupts, JobInterrupted, JobStalled
 from icebatch_job.process.stall import StallWatch
 from icebatch_job.progress import Progress
@@ -150,6 +151,15 @@ class EngineTiming:
     first_result_seconds: float = 0.0
     startup_seconds: float = 0.0  # the first result's arrival less its batch's engine time
     started_at: float = 0.0  # ``started`` on the wall clock (``time.time()``), for other processes to compare
+    engine_start: EngineStart = field(default_factory=EngineStart)  # the start-up's checkpoint load and warm-up
+
+    def first_result(self, batch: pa.Table, progress: Progress) -> None:
+        """The first result arrived (as ``batch``): the start-up is over, and vLLM has said what it spent on what."""
+        assert self.started is not None
+        self.first_result_seconds = time.monotonic() - self.started
+        self.startup_seconds = max(0.0, self.first_result_seconds - batch_engine_seconds(batch))
+        self.engine_start = engine_start(since=self.started_at)
+        progress.note(f"engine ready: first answers after {self.first_result_seconds:.0f} s")
 
     def timeline(self) -> dict[str, float]:
         """Wall-clock epochs of the first token (estimated as ``startup_seconds``) and of the last result."""
@@ -217,6 +227,8 @@ class JobRun:
             before_job=self.before_job,
             first_result_seconds=self.timing.first_result_seconds,
             engine_startup_seconds=self.timing.startup_seconds,
+            engine_weights_seconds=self.timing.engine_start.weights_seconds,
+            engine_warmup_seconds=self.timing.engine_start.warmup_seconds,
             model=self.model,
             device=self.device,
             gpus=self.settings.engine.concurrency,
@@ -638,9 +650,7 @@ def stream(run: JobRun, built: BuiltPipeline) -> None:
                 watch.arrived(table.num_rows)
                 batch = built.parse(table)
                 if not run.timing.first_result_seconds:
-                    run.timing.first_result_seconds = time.monotonic() - run.timing.started
-                    run.timing.startup_seconds = max(0.0, run.timing.first_result_seconds - batch_engine_seconds(batch))
-                    progress.note(f"engine ready: first answers after {run.timing.first_result_seconds:.0f} s")
+                    run.timing.first_result(batch, progress)
                 progress.advance(batch.num_rows)
                 committer.add(batch)
                 watch.waiting()

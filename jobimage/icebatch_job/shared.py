@@ -41,7 +41,6 @@ from icebatch.core.untrusted import one_line
 
 from icebatch_job.columns import MEMBER
 from icebatch_job.commit.chunks import Attempt
-from icebatch_job.commit.results import batch_engine_seconds
 from icebatch_job.commit.sharing import Sharing
 from icebatch_job.job import (
     JobRequest,
@@ -339,9 +338,7 @@ def _stream(
                     try:
                         batch = parsers[member](part)
                         if not timing.first_result_seconds:
-                            timing.first_result_seconds = time.monotonic() - timing.started
-                            timing.startup_seconds = max(0.0, timing.first_result_seconds - batch_engine_seconds(batch))
-                            progress.note(f"engine ready: first answers after {timing.first_result_seconds:.0f} s")
+                            timing.first_result(batch, progress)
                         assert run.committer is not None and run.sharing is not None
                         run.sharing.received(run.consumer.name, batch)
                         run.committer.add(batch)

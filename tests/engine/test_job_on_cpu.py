@@ -74,7 +74,12 @@ def test_200_tickets_through_the_real_engine_then_nothing_new(own_settings: Sett
     assert detail["cost"] == run_cost(recorded.totals(s.billing()), s).model_dump(mode="json")
     # and start-up (to the first token) is part of the engine time, ending before the first result
     assert 0 < detail["engine_startup_seconds"] < detail["first_result_seconds"] < detail["engine_seconds"]
+    # and within it, as vLLM timed them, the checkpoint's load and the warm-up, each reported
+    weights, warm_up = detail["engine_weights_seconds"], detail["engine_warmup_seconds"]
+    assert weights > 0 and warm_up > 0 and weights + warm_up < detail["engine_startup_seconds"]
+    assert recorded.totals(s.billing()).engine_weights_seconds == pytest.approx(weights, abs=0.001)
     report = "\n".join(printed)
+    assert f"weights {weights:.1f} s, warm-up {warm_up:.1f} s" in report
     assert "INCREMENTAL STATE" in report and "BATCH SUMMARY" in report and "TOKENOMICS" in report
 
     # when it runs again with nothing new: "new rows : 0" (no noun named) and no engine (vllm/ray not even imported)

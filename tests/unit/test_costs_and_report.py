@@ -102,6 +102,24 @@ def test_generation_rate_counts_every_token_from_the_first_one() -> None:
     assert "start-up 12.0 s, then 48.0 s generating at 1,375 output tok/s" in text
 
 
+def test_the_start_up_says_what_vllm_spent_loading_the_weights_and_warming_up_where_it_said_so() -> None:
+    # given a run whose engine said it loaded the checkpoint in 3.2 s and warmed up in 5.1 s, and one whose weights
+    # were streamed (vLLM says nothing of them)
+    both = _completed(
+        engine_seconds=60,
+        first_result_seconds=20,
+        engine_startup_seconds=12,
+        engine_weights_seconds=3.2,
+        engine_warmup_seconds=5.1,
+    )
+    streamed = _completed(
+        engine_seconds=60, first_result_seconds=20, engine_startup_seconds=12, engine_warmup_seconds=5.1
+    )
+    # then the report splits the start-up as far as it was measured
+    assert "start-up 12.0 s: weights 3.2 s, warm-up 5.1 s, then 48.0 s generating" in completed_text(both)
+    assert "start-up 12.0 s: warm-up 5.1 s, then 48.0 s generating" in completed_text(streamed)
+
+
 def test_failure_report_says_what_happens_next() -> None:
     e = BatchJobFailed(
         consumer="triage",

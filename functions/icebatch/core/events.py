@@ -117,6 +117,20 @@ class BatchJobCompleted(_Detail):
         description="Part of engine_seconds before the first token: the first result's arrival less the engine "
         "time of its batch (null in events from before it was measured)",
     )
+    engine_weights_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=86_400,
+        description="Part of the start-up loading the model's checkpoint, as vLLM timed it (null: not measured, "
+        "as with the run:ai streamer)",
+    )
+    engine_warmup_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=86_400,
+        description="Part of the start-up profiling memory, allocating the KV cache and warming the model up, as "
+        "vLLM timed it (null: not measured)",
+    )
     job_seconds: float = Field(ge=0)
     device: Annotated[str, Field(max_length=32)]
     model: Annotated[str, Field(max_length=1024)]
@@ -301,6 +315,8 @@ def completed_event(
         engine_seconds=totals.engine_seconds,
         first_result_seconds=totals.first_result_seconds,
         engine_startup_seconds=totals.engine_startup_seconds,
+        engine_weights_seconds=_day(totals.engine_weights_seconds),
+        engine_warmup_seconds=_day(totals.engine_warmup_seconds),
         job_seconds=totals.job_seconds,
         device=totals.device,
         model=totals.model,

@@ -65,7 +65,15 @@ DEPLOYMENT = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
 # Not settings: read by the Makefile, the tests or the benchmarks, allowed beside the settings.
 # not settings: the dev environment's (Makefile), and the mark a local job's processes inherit (its watchdog's:
 # icebatch_job.local.reaper)
-_IGNORED_VARS = {"ICEBATCH_VENV", "ICEBATCH_CACHE", "ICEBATCH_PYTHON", "ICEBATCH_TEST_KEEP", "ICEBATCH_JOB_TREE"}
+# not settings: the Makefile's and the tests', and what the job exports to the processes it starts
+_IGNORED_VARS = {
+    "ICEBATCH_VENV",
+    "ICEBATCH_CACHE",
+    "ICEBATCH_PYTHON",
+    "ICEBATCH_TEST_KEEP",
+    "ICEBATCH_JOB_TREE",  # icebatch_job.local.reaper
+    "ICEBATCH_ENGINE_START_LOG",  # icebatch_job.process.engine_start
+}
 _SECRET = re.compile(r"CREDENTIAL|TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 _environ: ContextVar[Mapping[str, str] | None] = ContextVar("icebatch_environ", default=None)
 

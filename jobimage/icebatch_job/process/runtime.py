@@ -57,8 +57,12 @@ def job_environment(settings: Settings, *, device: str, model: str | None = None
 
 
 def prepare_environment(settings: Settings, *, device: str = "cpu", model: str | None = None) -> dict[str, str]:
-    """Export the job environment into this process (explicit values already set win)."""
-    env = job_environment(settings, device=device, model=model)
+    """Export the job environment into this process (explicit values already set win), with the logging
+    configuration through which vLLM tells the job what its start-up spent (``process.engine_start``)."""
+    from icebatch_job.process.engine_start import logging_environment
+
+    debug = settings.top.log_level.upper() == "DEBUG"
+    env = job_environment(settings, device=device, model=model) | logging_environment(settings.home, debug=debug)
     for key, value in env.items():
         os.environ.setdefault(key, value)
     (settings.home / "cache").mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,7 @@ def tokenomics(e: BatchJobCompleted, prices: tuple[BatchPrice, ...] = ()) -> str
     streaming = e.engine_seconds - e.first_result_seconds
     if e.engine_startup_seconds is not None and generating > 0 and e.tokens.output:
         engine = (
-            f"{_duration(e.engine_seconds)} (start-up {_duration(e.engine_startup_seconds)}, then "
+            f"{_duration(e.engine_seconds)} (start-up {_duration(e.engine_startup_seconds)}{_startup_parts(e)}, then "
             f"{_duration(generating)} generating at {e.tokens.output / generating:,.0f} output tok/s)"
         )
     elif streaming >= 1.0:  # events from before the start-up was measured: no honest rate to give
@@ -209,6 +209,16 @@ def failed_text(e: BatchJobFailed) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _startup_parts(e: BatchJobCompleted) -> str:
+    """What vLLM said its start-up spent loading the checkpoint and warming up, where it said so."""
+    parts = [
+        f"{what} {_duration(seconds)}"
+        for what, seconds in (("weights", e.engine_weights_seconds), ("warm-up", e.engine_warmup_seconds))
+        if seconds is not None
+    ]
+    return f": {', '.join(parts)}" if parts else ""
 
 
 def _before_job(e: BatchJobCompleted) -> str:

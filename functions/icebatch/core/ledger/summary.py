@@ -78,6 +78,9 @@ class Key:
     ENGINE_SECONDS = PREFIX + "engine-seconds"
     FIRST_RESULT_SECONDS = PREFIX + "first-result-seconds"
     ENGINE_STARTUP_SECONDS = PREFIX + "engine-startup-seconds"
+    # of which, as vLLM timed them (``icebatch_job.process.engine_start``): the checkpoint's load, the warm-up
+    ENGINE_WEIGHTS_SECONDS = PREFIX + "engine-weights-seconds"
+    ENGINE_WARMUP_SECONDS = PREFIX + "engine-warmup-seconds"
     JOB_SECONDS = PREFIX + "job-seconds"
     STARTED_AT = PREFIX + "started-at"
     MODEL = PREFIX + "model"
@@ -136,6 +139,8 @@ class RunTotals:
     engine_seconds: float = 0.0
     first_result_seconds: float = 0.0
     engine_startup_seconds: float | None = None
+    engine_weights_seconds: float | None = None  # of the start-up, loading the checkpoint (None: not measured)
+    engine_warmup_seconds: float | None = None  # then profiling, the KV cache and the warm-up (None: not measured)
     job_seconds: float = 0.0
     rows_truncated: int = 0
     model: str = "-"
@@ -191,6 +196,12 @@ class RunTotals:
             props[Key.SHARED_WITH] = ",".join(self.shared_with)
         if self.engine_startup_seconds is not None:
             props[Key.ENGINE_STARTUP_SECONDS] = f"{self.engine_startup_seconds:.3f}"
+        for key, seconds in (
+            (Key.ENGINE_WEIGHTS_SECONDS, self.engine_weights_seconds),
+            (Key.ENGINE_WARMUP_SECONDS, self.engine_warmup_seconds),
+        ):
+            if seconds is not None:
+                props[key] = f"{seconds:.3f}"
         if self.billing is not None:
             props[Key.GPU_HOURLY_RATE] = f"{self.billing.usd_per_hour:g}"
             props[Key.GPU_INSTANCE_TYPE] = self.billing.instance_type or ""
@@ -274,6 +285,8 @@ class RunRecord:
             engine_seconds=engine,
             first_result_seconds=self.number(Key.FIRST_RESULT_SECONDS),
             engine_startup_seconds=float(startup) if startup else None,
+            engine_weights_seconds=self.measured(Key.ENGINE_WEIGHTS_SECONDS),
+            engine_warmup_seconds=self.measured(Key.ENGINE_WARMUP_SECONDS),
             job_seconds=self.number(Key.JOB_SECONDS, engine),
             rows_truncated=int(self.number(Key.ROWS_TRUNCATED)),
             model=self.text(Key.MODEL, "-"),
