@@ -22,7 +22,7 @@ import pytest
 from icebatch.core import aws_clients
 from icebatch.core.bus import EventBridgePublisher, load_publisher
 from icebatch.core.catalog import open_catalog
-from icebatch.core.errors import TransientError
+from icebatch.core.errors import RefusedError, TransientError
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed
 from icebatch.core.ledger import open_ledger
 from icebatch.core.rules import PATTERNS, fill
@@ -367,6 +367,49 @@ def test_sns_throttling_or_not_answering_is_a_counted_retry(
     assert counts["requests"] == 1 + aws_clients.MAX_RETRIES
     # and the retry is counted, so that it shows before a dead letter does
     assert "TransientErrors" in metric_names(capfd.readouterr().out)
+
+
+def test_a_topic_the_deployment_lost_keeps_the_event_and_it_is_reported_once_the_topic_is_back(
+    aws_settings: Settings, aws_endpoint: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # given a reporter whose topic is gone (SNS answers NotFound: a deploy that deleted or renamed it)
+    name = f"icebatch-lost-{uuid.uuid4().hex[:6]}"
+    s = aws_settings.with_overrides(sns_topic_arn=f"arn:aws:sns:{REGION}:123456789012:{name}")
+    event = example("batch-job-completed.json")
+    # when a completion event arrives, then the refusal is raised, so that Lambda keeps the event (retried, then in
+    # the dead-letter queue), saying what to check
+    with pytest.raises(RefusedError, match=r"\(NotFound\): check the topic, its key and the reporter's role"):
+        invoke("reporter", event, s)
+    # and it is counted as an error an operator must see (alarmed), not as a passing retry
+    names = metric_names(capfd.readouterr().out)
+    assert "ReportErrors" in names and "TransientErrors" not in names and "Reports" not in names
+    # when the topic is back and the kept event is re-driven, then it is reported, once (its record was let go)
+    sns = client("sns", aws_endpoint)
+    topic = sns.create_topic(Name=name)["TopicArn"]
+    url, arn = queue(aws_endpoint)
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn)
+    first = invoke("reporter", event, s)
+    assert first["status"] == "reported" and invoke("reporter", event, s) == first
+    assert len(drain(aws_endpoint, url)) == 1
+
+
+def test_a_role_sns_does_not_authorize_keeps_the_event_for_a_re_drive(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # given a reporter whose role may not publish to the topic (SNS answers 403 AuthorizationError, as on AWS)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with failing_endpoint("unauthorized") as (endpoint, counts):
+        s = settings.with_overrides(
+            sns_topic_arn=f"arn:aws:sns:{REGION}:123456789012:reports", aws_endpoint_url=endpoint, aws_region=REGION
+        )
+        # when a completion event arrives, then the refusal is raised at once (no client retry: it cannot help), so
+        # that Lambda keeps the event for a re-drive once the grant is fixed
+        with pytest.raises(RefusedError, match=r"\(AuthorizationError\)"):
+            invoke("reporter", example("batch-job-completed.json"), s)
+    assert counts["requests"] == 1
+    # and it is counted as an error an operator must see
+    assert "ReportErrors" in metric_names(capfd.readouterr().out)
 
 
 @pytest.mark.parametrize("kind", ["completed", "failed"])

@@ -20,7 +20,7 @@ from icebatch.core.aws_clients import aws_client, unreachable
 from icebatch.core.bus import load_adapter
 from icebatch.core.costs.prices import BatchPrice
 from icebatch.core.costs.report import completed_text, failed_text, subject
-from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
+from icebatch.core.errors import InvalidEventError, PermanentError, RefusedError, TransientError
 from icebatch.core.events import EVENT_SOURCE, BatchJobCompleted, BatchJobFailed
 from icebatch.core.untrusted import summarize, validation_summary
 
@@ -109,7 +109,17 @@ class Notifier(ABC):
 SNS_SUBJECT_MAX = 100  # characters, printable ASCII, no line breaks (SNS rejects anything else)
 SNS_MESSAGE_MAX = 256 * 1024  # bytes, the whole JSON message (every protocol's copy) and its attributes
 SNS_BUDGET = 240 * 1024  # what the message may take, leaving room for the attributes
-PERMANENT_SNS_ERRORS = {"InvalidParameter", "InvalidParameterValue", "AuthorizationError", "NotFound"}
+PERMANENT_SNS_ERRORS = {"InvalidParameter", "InvalidParameterValue"}  # the message itself: sending it again cannot help
+# the deployment refuses the publish (the role's grant, the topic, its key): the event is kept for a re-drive once fixed
+REFUSED_SNS_ERRORS = {
+    "AuthorizationError",
+    "NotFound",
+    "KMSAccessDenied",
+    "KMSDisabled",
+    "KMSInvalidState",
+    "KMSNotFound",
+    "KMSOptInRequired",
+}
 
 
 def sns_subject(text: str) -> str:
@@ -176,6 +186,12 @@ class SnsNotifier(Notifier):
             if code in PERMANENT_SNS_ERRORS:  # retrying cannot help: dead-lettering it would only hide it
                 raise PermanentError(
                     f"SNS refused the report of {report.key} ({code}): {summarize(str(e), 300)}"
+                ) from e
+            if code in REFUSED_SNS_ERRORS:
+                raise RefusedError(
+                    f"SNS refused to publish the report of {report.key} to {self.topic_arn} ({code}): check the "
+                    "topic, its key and the reporter's role; the event is kept in the reporter's dead-letter queue "
+                    f"after Lambda's retries, to re-drive once fixed: {summarize(str(e), 300)}"
                 ) from e
             raise TransientError(f"could not publish the report to {self.topic_arn}: {summarize(str(e), 300)}") from e
         except BotoCoreError as e:

@@ -19,6 +19,12 @@ class TransientError(IcebatchError):
     """A dependency is briefly unavailable; the platform should retry."""
 
 
+class RefusedError(TransientError):
+    """The deployment refuses a call (a role without the grant, a resource gone, a key disabled): retrying cannot
+    help until an operator fixes it, so the input is kept: raised, retried by the platform a bounded number of
+    times, then kept in the on-failure destination, to be re-driven once fixed."""
+
+
 class ConfigError(PermanentError):
     """A setting is missing or invalid."""
 

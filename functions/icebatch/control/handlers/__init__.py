@@ -6,9 +6,11 @@ container. Nothing overwrites them.
 
 Metrics: permanent errors are answered without a retry (a retry cannot succeed), so no dead letter
 records them; they are counted with the ``service`` dimension alone, which template.yaml's alarms
-watch (``PERMANENT_ERROR_METRICS``). Transient errors are raised for Lambda to retry, counted first
-(``count_retry``: ``TransientErrors``) so that retries show before dead letters. Per-consumer figures
-are published per consumer (``consumer_metrics``), with the consumer as a dimension.
+watch (``PERMANENT_ERROR_METRICS``). A call the deployment refuses (``RefusedError``: a grant, a resource
+gone) is counted the same way, and raised, so that the platform keeps the input for a re-drive once fixed.
+Transient errors are raised for Lambda to retry, counted first (``count_retry``: ``TransientErrors``) so
+that retries show before dead letters. Per-consumer figures are published per consumer
+(``consumer_metrics``), with the consumer as a dimension.
 """
 
 from __future__ import annotations

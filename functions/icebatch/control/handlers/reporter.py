@@ -4,8 +4,9 @@ Idempotent per run attempt (EventBridge delivers at least once, and a failed job
 job and by the nightly reconciliation): the key is the detail-type, the run id and the attempt's RayJob (each
 attempt of a run is a RayJob of its own, and each failed attempt is reported and on record). A malformed event
 is logged, counted (``InvalidEvents``) and answered without raising (no crash loop); a failure to publish
-is raised so the platform retries, then keeps the event in the on-failure destination. Metrics carry
-the event's consumer.
+is raised so the platform retries, then keeps the event in the on-failure destination: SNS out of reach
+(``TransientErrors``) or refusing the deployment's publish (its grant, the topic, its key: ``ReportErrors``, as an
+operator must act; the kept event is re-driven once fixed). Metrics carry the event's consumer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from icebatch.control.handlers import consumer_metrics, count_retry, environment_settings
 from icebatch.control.reporter import parse_detail
-from icebatch.core.errors import InvalidEventError, PermanentError, TransientError
+from icebatch.core.errors import InvalidEventError, PermanentError, RefusedError, TransientError
 from icebatch.core.events import BatchJobCompleted, BatchJobFailed
 from icebatch.core.settings import Settings
 from icebatch.core.untrusted import summarize
@@ -49,6 +50,10 @@ def lambda_handler(event: Any, context: LambdaContext, settings: Settings | None
         logger.error("rejected event", extra={"error": str(e)})
         metrics.add_metric(name="InvalidEvents", unit=MetricUnit.Count, value=1)
         return {"status": "rejected", "reason": str(e)}
+    except RefusedError as e:  # an operator must act: counted as an error (alarmed), raised to keep the event
+        logger.error("report refused", extra={"error": str(e), "error_type": type(e).__name__})
+        metrics.add_metric(name="ReportErrors", unit=MetricUnit.Count, value=1)
+        raise
     except TransientError as e:  # the platform retries
         count_retry(logger, metrics, "report", e)
         raise
