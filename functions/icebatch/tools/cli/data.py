@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.costs.money import usd
@@ -22,7 +23,7 @@ from icebatch.tools.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from icebatch.core.consumers import Consumer
     from icebatch.core.costs.estimate import CostCheck
@@ -66,7 +67,7 @@ def pending_dict(p: Pending | None, *, end_expired: bool = False) -> dict[str, A
 
 
 def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch.core.costs.estimate import cost_check
+    from icebatch.core.costs.estimate import cost_check, estimate_run
     from icebatch.core.costs.lease import Member
     from icebatch.core.ledger import open_ledger
 
@@ -83,7 +84,8 @@ def cmd_backlog(args: argparse.Namespace, settings: Settings) -> int:
         costs[c.name] = cost_check(backlog.rows, c, runs, settings) if progress.pending is None else None
         if costs[c.name] is not None:
             members.append(Member(c, backlog.rows, runs))
-            if refusal := _budget_refusal(c, backlog.rows, runs, settings, now):
+            cost = estimate_run(backlog.rows, c, runs, settings).usd if c.budget is not None else 0.0
+            if refusal := _budget_refusal(c, backlog.rows, cost, partial(_spent_today, c, runs, settings, now)):
                 held[c.name] = refusal
     together = _priced_together(members, costs, settings, held)
     if args.json:
@@ -150,20 +152,24 @@ def _priced_together(
     return together
 
 
-def _budget_refusal(consumer: Consumer, rows: int, runs: Sequence[RunRecord], settings: Settings, now: datetime) -> str:
-    """Why the consumer's budget refuses a run over ``rows`` now ("" when it allows it), as the launcher's gate says."""
+def _spent_today(consumer: Consumer, runs: Sequence[RunRecord], settings: Settings, now: datetime) -> float:
+    """What the consumer's runs and failed attempts cost today, as its budget counts it."""
     from icebatch.control.failure_records import failures_on_record
+    from icebatch.core.costs.estimate import spent_on, start_of
+
+    return spent_on(now, runs, settings, failures_on_record(settings, [consumer.name], since=start_of(now)))
+
+
+def _budget_refusal(consumer: Consumer, rows: int, cost: float, spent: Callable[[], float]) -> str:
+    """Why the consumer's budget refuses a run of ``rows`` estimated at ``cost`` ("" when it allows it), as the
+    launcher's gate says; ``spent`` (today's spending) is read only for a daily budget."""
     from icebatch.control.gate import over_budget
-    from icebatch.core.costs.estimate import estimate_run, spent_on, start_of
 
     budget = consumer.budget
     if budget is None or rows <= 0:
         return ""
-    spent = 0.0
-    if budget.max_usd_per_day is not None:
-        spent = spent_on(now, runs, settings, failures_on_record(settings, [consumer.name], since=start_of(now)))
     refusal = over_budget(
-        estimate_run(rows, consumer, runs, settings).usd, spent, budget.max_usd_per_run, budget.max_usd_per_day
+        cost, spent() if budget.max_usd_per_day is not None else 0.0, budget.max_usd_per_run, budget.max_usd_per_day
     )
     return refusal.reason if refusal else ""
 
@@ -175,8 +181,7 @@ def _with_others(others: tuple[str, ...] | None, held: str | None = None) -> str
 
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
-    from icebatch.control.failure_records import failures_on_record
-    from icebatch.core.costs.estimate import cost_check, estimate_run, spent_on, start_of
+    from icebatch.core.costs.estimate import cost_check, estimate_run
     from icebatch.core.costs.lease import Member
     from icebatch.core.ledger import open_ledger
 
@@ -186,14 +191,16 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         ledger = open_ledger(settings, consumer, control_plane=True)
         runs = ledger.runs()
         backlog = ledger.backlog()
-        seen.append((consumer, runs, backlog, cost_check(backlog.rows, consumer, runs, settings)))
-        if refusal := _budget_refusal(consumer, backlog.rows, runs, settings, now):
-            held[consumer.name] = refusal
-    checks = {c.name: check for c, _, _, check in seen}
-    members = [Member(c, b.rows, r) for c, r, b, check in seen if check]
-    together = _priced_together(members, checks, settings, held)
-    for consumer, runs, backlog, _ in seen:
         estimate = estimate_run(backlog.rows, consumer, runs, settings)
+        spent = _spent_today(consumer, runs, settings, now)
+        check = cost_check(backlog.rows, consumer, runs, settings)
+        seen.append((consumer, runs, backlog, check, estimate, spent))
+        if refusal := _budget_refusal(consumer, backlog.rows, estimate.usd, partial(float, spent)):
+            held[consumer.name] = refusal
+    checks = {c.name: check for c, _, _, check, _, _ in seen}
+    members = [Member(c, b.rows, r) for c, r, b, check, _, _ in seen if check]
+    together = _priced_together(members, checks, settings, held)
+    for consumer, _, backlog, _, estimate, spent in seen:
         check = checks[consumer.name]
         budget = consumer.budget
         out.append(
@@ -208,10 +215,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
                 "priced_with": list(together.get(consumer.name, ())),
                 "watermark_snapshot_id": backlog.watermark_snapshot_id,
                 "current_snapshot_id": backlog.current_snapshot_id,
-                "spent_today_usd": round(
-                    spent_on(now, runs, settings, failures_on_record(settings, [consumer.name], since=start_of(now))),
-                    4,
-                ),
+                "spent_today_usd": round(spent, 4),
                 "max_usd_per_run": budget.max_usd_per_run if budget else None,
                 "max_usd_per_day": budget.max_usd_per_day if budget else None,
             }
