@@ -30,6 +30,9 @@ init_logger("vllm.v1.engine.core").info("init engine (profile, create kv cache, 
 init_logger("vllm.v1.engine.core").info(
     "init engine (profile, create kv cache, warmup model) took %.2f s (compilation: %.2f s)", 9.0, 3.0
 )
+init_logger("vllm.v1.worker.gpu_model_runner").info(
+    "Model loading took %s GiB memory and %.6f seconds", "15.1", 9.875
+)
 init_logger("vllm.config").info("Loading weights took place elsewhere")
 init_logger("vllm.config").warning("a warning vLLM prints")
 """
@@ -51,7 +54,12 @@ def test_vllm_with_the_jobs_configuration_records_each_phase_and_prints_as_it_wo
     assert done.returncode == 0, done.stderr[-2000:]
     # then the two timings are kept, one line each, and nothing else
     phases = [json.loads(line) for line in Path(env[LOG_ENV]).read_text().splitlines()]
-    assert [(p["phase"], p["seconds"]) for p in phases] == [("weights", 1.25), ("warm_up", 4.5), ("warm_up", 9.0)]
+    assert [(p["phase"], p["seconds"]) for p in phases] == [
+        ("weights", 1.25),
+        ("warm_up", 4.5),
+        ("warm_up", 9.0),
+        ("model_load", 9.875),
+    ]
     # and the console shows what vLLM's default configuration would at that level: the warning, no INFO line
     assert "a warning vLLM prints" in done.stdout and "Loading weights" not in done.stdout + done.stderr
 
@@ -85,6 +93,9 @@ def test_the_phases_since_the_engine_started_are_read_once_and_averaged_over_rep
     # and the file is gone: a lingering job's next engine start is read from its own lines
     assert not path.exists() and read_phases(str(path), since=0) == []
     assert summarize([]) == EngineStart(None, None)
+    # and on a GPU, where vLLM times the whole model load (the streamer's too), that is the weights' figure
+    gpu = [{"phase": "weights", "seconds": 2.0}, {"phase": "model_load", "seconds": 2.5}]
+    assert summarize(gpu).weights_seconds == 2.5
 
 
 @pytest.mark.parametrize("prefix", sorted(PHASES))

@@ -1,13 +1,15 @@
 """What vLLM says of its engine's start: the checkpoint's load and the warm-up, apart.
 
-vLLM times both and says so only in its log: "Loading weights took 1.23 seconds" (the checkpoint read into the
-model: safetensors and sharded checkpoints; the run:ai streamer and random weights say nothing) and "init engine
-(profile, create kv cache, warmup model) took 4.56 s". The job hands vLLM a logging configuration of its own
-(``vllm_logging.json`` in ``VLLM_LOGGING_CONFIG_PATH``, vLLM's documented way to configure its loggers): vLLM's
-console output as it would be without it (``console``: ``VLLM_LOGGING_LEVEL`` and ``VLLM_LOGGING_STREAM``
-honoured), and a handler (``EngineStartRecorder``) that appends those two figures to a file on the engine's node
-(``ICEBATCH_ENGINE_START_LOG``), one JSON line each. At the first result the job reads the file where the engine
-ran (``engine_start``: a Ray task on each GPU node, or this machine) and reports each figure beside the start-up.
+vLLM times both and says so only in its log: on a GPU "Model loading took 15.1 GiB memory and 9.87 seconds" (the
+model built and its weights in GPU memory, whatever the loader), on CPU "Loading weights took 1.23 seconds" (the
+checkpoint read into the model: safetensors and sharded checkpoints; the run:ai streamer and random weights say
+nothing there), and "init engine (profile, create kv cache, warmup model) took 4.56 s". The job hands vLLM a
+logging configuration of its own (``vllm_logging.json`` in ``VLLM_LOGGING_CONFIG_PATH``, vLLM's documented way to
+configure its loggers): vLLM's console output as it would be without it (``console``: ``VLLM_LOGGING_LEVEL`` and
+``VLLM_LOGGING_STREAM`` honoured), and a handler (``EngineStartRecorder``) that appends those figures to a file on
+the engine's node (``ICEBATCH_ENGINE_START_LOG``), one JSON line each. At the first result the job reads the file
+where the engine ran (``engine_start``: a Ray task on each GPU node, or this machine) and reports the weights and
+the warm-up beside the start-up.
 
 The configuration is used unless vLLM's logging is configured otherwise (``VLLM_CONFIGURE_LOGGING=0``, a
 ``VLLM_LOGGING_CONFIG_PATH`` of one's own) or the job logs at DEBUG (vLLM's own configuration then logs everything,
@@ -30,23 +32,28 @@ log = logging.getLogger(__name__)
 LOG_ENV = "ICEBATCH_ENGINE_START_LOG"
 CONFIG = Path(__file__).with_name("vllm_logging.json")
 
-# vLLM's log messages (their format strings) that time a phase of the engine's start, and the phase; the record's
-# first argument is the phase's seconds
+# vLLM's log messages (their format strings) that time a phase of the engine's start: the phase, and which of the
+# record's arguments is its seconds. On a GPU the model runner times the whole load ("model_load": the model built
+# and its weights in GPU memory, whatever the loader, the run:ai streamer's included); the checkpoint loader times
+# the weights it reads (safetensors and sharded checkpoints, on CPU the only figure)
 PHASES = {
-    "Loading weights took": "weights",
-    "init engine (profile, create kv cache, warmup model) took": "warm_up",
+    "Model loading took": ("model_load", 1),
+    "Loading weights took": ("weights", 0),
+    "init engine (profile, create kv cache, warmup model) took": ("warm_up", 0),
 }
 
 
 def phase_of(record: logging.LogRecord) -> tuple[str, float] | None:
     """The start-up phase a vLLM log record times, and its seconds; None for any other record."""
-    if not isinstance(record.msg, str) or not isinstance(record.args, tuple) or not record.args:
+    if not isinstance(record.msg, str) or not isinstance(record.args, tuple):
         return None
-    phase = next((p for prefix, p in PHASES.items() if record.msg.startswith(prefix)), None)
-    seconds = record.args[0]
-    if phase is None or not isinstance(seconds, int | float) or not 0 <= seconds < 86_400:
+    timed = next((p for prefix, p in PHASES.items() if record.msg.startswith(prefix)), None)
+    if timed is None or len(record.args) <= timed[1]:
         return None
-    return phase, float(seconds)
+    seconds = record.args[timed[1]]
+    if not isinstance(seconds, int | float) or not 0 <= seconds < 86_400:
+        return None
+    return timed[0], float(seconds)
 
 
 class EngineStartRecorder(logging.Handler):
@@ -123,7 +130,8 @@ def read_phases(path: str, since: float) -> list[dict[str, Any]]:
 
 
 def summarize(phases: list[dict[str, Any]]) -> EngineStart:
-    """Each phase's seconds, the mean over the engine's replicas that recorded it."""
+    """Each phase's seconds, the mean over the engine's replicas that recorded it; the weights are the whole model
+    load where vLLM timed it (a GPU), else the checkpoint loader's figure."""
 
     def mean(phase: str) -> float | None:
         seconds = [
@@ -131,7 +139,7 @@ def summarize(phases: list[dict[str, Any]]) -> EngineStart:
         ]
         return round(statistics.fmean(seconds), 3) if seconds else None
 
-    return EngineStart(mean("weights"), mean("warm_up"))
+    return EngineStart(mean("model_load") or mean("weights"), mean("warm_up"))
 
 
 def engine_start(since: float, timeout: float = 30.0) -> EngineStart:
