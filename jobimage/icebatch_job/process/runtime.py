@@ -49,7 +49,9 @@ def job_environment(settings: Settings, *, device: str, model: str | None = None
     if settings.aws.aws_region:
         env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = settings.aws.aws_region
     if settings.aws.aws_endpoint_url:
-        env["AWS_ENDPOINT_URL_S3"] = env["RUNAI_STREAMER_S3_ENDPOINT"] = settings.aws.aws_endpoint_url
+        # boto3 reads the S3 one; the streamer (runai-model-streamer 0.17) only AWS_ENDPOINT_URL, which boto3 also
+        # reads for every other service: the endpoint every client of the job is pointed at anyway
+        env["AWS_ENDPOINT_URL_S3"] = env["AWS_ENDPOINT_URL"] = settings.aws.aws_endpoint_url
         env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "0"
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.engine.kv_cache_gib:g}"
