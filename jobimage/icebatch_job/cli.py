@@ -175,11 +175,31 @@ def run_command(args: argparse.Namespace, settings: Settings, *, whole_process: 
     return STATUS[result.job_status]
 
 
+COPY_HELP = "copy an s3:// model to this node's model cache (a GPU worker's init container)"
+COPY_DESCRIPTION = (
+    "Copy the files of an s3:// model prefix (weights included) to this node's model cache under ICEBATCH_HOME, "
+    "unless the copy there was made from the objects the prefix holds now, and print the copy's folder. With "
+    "ICEBATCH_MODEL_LOAD_FORMAT=nvme_streamer each GPU worker of a RayJob runs this before Ray starts on its node "
+    "(on EKS the cache is the node's NVMe); the job's engine then streams the weights from the copy. The S3 client "
+    "is configured as the job's (ICEBATCH_AWS_REGION, ICEBATCH_AWS_ENDPOINT_URL). Exit status: 0 copied or already "
+    "there, 2 no model there (or no *.safetensors, or no permission to read it), 3 S3 unreachable."
+)
+
+
+def s3_model_arg(value: str) -> str:
+    """An ``s3://bucket/prefix`` (bounded: it names a folder of the cache)."""
+    if not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\x00-\x1f]{0,900})?", value):
+        raise argparse.ArgumentTypeError(f"{summarize(value, 60)!r} is not an s3:// model prefix (s3://bucket/prefix/)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = StrictParser(prog="python -m icebatch_job", description="The icebatch job (data plane).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = sub.add_parser("run", help=RUN_HELP, description=RUN_DESCRIPTION)
     add_run_arguments(run)
+    copy = sub.add_parser("copy-model", help=COPY_HELP, description=COPY_DESCRIPTION)
+    copy.add_argument("source", type=s3_model_arg, help="the model's s3:// prefix, e.g. s3://models/llama-3.1-8b/")
     return parser
 
 
@@ -196,8 +216,19 @@ def _run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command == "copy-model":
+        return copy_model_command(args.source, settings)
     with quiet_handler_records(settings.top.log_level):
         return run_command(args, settings, whole_process=True)
+
+
+def copy_model_command(source: str, settings: Settings) -> int:
+    from icebatch_job.process.runtime import prepare_environment
+    from icebatch_job.stages.model_copy import copy_model
+
+    prepare_environment(settings, device="gpu", model=source)  # boto3's region and endpoint, as the job's processes
+    print(copy_model(source, settings.home), flush=True)
+    return EXIT_OK
 
 
 def stalled_status(error: BaseException) -> int | None:

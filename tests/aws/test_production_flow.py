@@ -81,6 +81,26 @@ def _run_like_the_pod(world: World, manifest: dict[str, Any]) -> subprocess.Comp
     return subprocess.CompletedProcess(job.args, job.returncode, out.read_text(), err.read_text())
 
 
+def _copy_like_the_worker(world: World, manifest: dict[str, Any]) -> str:
+    """The GPU worker's init container, run as its pod runs it (its command, its environment, the job's role), on
+    this machine as the node, whose cache the job's engine then reads: the copy's folder, as it printed it."""
+    worker = manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    [init] = worker["initContainers"]
+    assert {m["mountPath"] for m in init["volumeMounts"]} == {"/tmp/icebatch"}  # the worker's NVMe-backed cache
+    env = {
+        **{e["name"]: e["value"] for e in init["env"]},
+        **world.deployed.role_env("JobRole"),
+        "ICEBATCH_HOME": str(world.home / "pod"),  # the node's cache, as the head's ICEBATCH_HOME below
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "PYTHONPATH": os.environ["PYTHONPATH"],
+        "HOME": str(world.home / "pod-home"),
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    done = subprocess.run(init["command"], env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout.strip()
+
+
 # two real jobs, one after the other, beside the hygiene tier's on two cores: more than pytest's 900 s per test
 @pytest.mark.timeout(2 * JOB_TIMEOUT)
 def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world: World) -> None:
@@ -167,9 +187,18 @@ def test_a_commit_on_glue_is_labelled_reported_and_billed_as_in_production(world
     again = d.invoke("LauncherFunction", glue_event).response["decisions"]
     assert {x["decision"] for x in again} == {"already_launched"}, again
 
-    # when the job runs with exactly its pod's command line and environment: both consumers' runs, one engine
+    # when the GPU worker's init container copies the model to its node's cache (the template's ModelLoadFormat,
+    # nvme_streamer), as its pod runs it
+    copy = _copy_like_the_worker(world, manifest)
+    weights = sorted(Path(copy).glob("*.safetensors"))
+    assert weights and Path(copy).name == "tiny-llama", copy
+    copied = {w.name: w.stat().st_mtime_ns for w in weights}
+    # and the job runs with exactly its pod's command line and environment: both consumers' runs, one engine
     done = _run_like_the_pod(world, manifest)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    # then the engine loaded the node's copy, as it was (the job made none of its own, Ray Data LLM downloaded none)
+    assert {w.name: w.stat().st_mtime_ns for w in Path(copy).glob("*.safetensors")} == copied
+    assert [p for p in (world.home / "pod").rglob("*.safetensors") if p.parent != Path(copy)] == []
     assert done.stdout.count("BATCH SUMMARY") == 2 and done.stdout.count("shared job") == 2
 
     # then each consumer's results and watermark are in Glue/S3, in one commit, in its own table

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from icebatch.core.settings import Settings
 from icebatch_job.process.runtime import (
@@ -10,6 +12,7 @@ from icebatch_job.process.runtime import (
     is_remote_model,
     job_environment,
 )
+from icebatch_job.stages.model_copy import copy_folder
 from icebatch_job.stages.pipeline import engine_config, in_flight_rows, processor_config
 
 pytestmark = pytest.mark.unit
@@ -72,6 +75,22 @@ def test_s3_models_can_be_streamed_with_runai() -> None:
     assert streamed.engine_kwargs["load_format"] == "runai_streamer"
     local = engine_config(Settings(model_load_format="runai_streamer"), "/models/llama", "gpu")
     assert "load_format" not in local.engine_kwargs  # streaming applies to object stores only
+
+
+def test_a_model_copied_to_the_node_is_streamed_from_there_under_its_own_name(tmp_path: Path) -> None:
+    # given nvme_streamer, and the copy of s3://models/llama/ on the engine's node (model_copy.engine_model's answer)
+    settings = Settings(model_load_format="nvme_streamer")
+    copy = copy_folder(tmp_path, "s3://models/llama/")
+    # when the engine is planned on the copy
+    cfg = engine_config(settings, str(copy), "gpu")
+    # then vLLM's run:ai streamer reads it from the node's disk, and results name the model as its prefix does
+    assert (cfg.engine_kwargs["load_format"], cfg.model_source, cfg.model_name) == (
+        "runai_streamer",
+        str(copy),
+        "llama",
+    )
+    # and models not copied are left to the other load formats' ways
+    assert "load_format" not in engine_config(Settings(), str(copy), "gpu").engine_kwargs
 
 
 def test_job_environment_points_the_model_downloaders_at_the_aws_endpoint() -> None:

@@ -195,6 +195,29 @@ def test_a_tensor_parallel_replica_is_one_worker_with_its_gpus_on_a_type_that_ha
     assert errors(m, version) == []
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_with_nvme_streamer_each_gpu_worker_copies_the_consumers_model_to_its_cache_first(version: str) -> None:
+    # given nvme_streamer, and a consumer whose model is its own
+    nvme = S.with_overrides(model_load_format="nvme_streamer")
+    own = TRIAGE.model_copy(update={"model": "s3://models/qwen-7b/"})
+    # when the RayJob is built
+    m = build_rayjob_manifest(nvme, spec(consumer=own))
+    pod = m["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    # then each GPU worker's init container copies that model, with the job's settings, into the volume that is the
+    # worker's ICEBATCH_HOME (on the node's NVMe), before Ray starts there
+    [init] = pod["initContainers"]
+    assert init["command"] == ["python", "-m", "icebatch_job", "copy-model", "s3://models/qwen-7b/"]
+    assert build_parser().parse_args(init["command"][3:]).source == "s3://models/qwen-7b/"
+    assert init["image"] == pod["containers"][0]["image"] and init["env"] == pod["containers"][0]["env"]
+    home = {e["name"]: e["value"] for e in init["env"]}["ICEBATCH_HOME"]
+    assert init["volumeMounts"] == [{"name": "model-cache", "mountPath": home}]
+    assert "nvidia.com/gpu" not in str(init["resources"])  # the copy needs no GPU; the worker's stays its own
+    assert errors(m, version) == []
+    # and with the other load formats, or a model that is not in S3, the worker has no such container
+    for settings, consumer in ((S, own), (nvme, TRIAGE.model_copy(update={"model": "/models/qwen-7b"}))):
+        assert "initContainers" not in str(build_rayjob_manifest(settings, spec(consumer=consumer)))
+
+
 def test_tensor_parallelism_that_no_allowed_type_can_host_is_a_configuration_error() -> None:
     with pytest.raises(ConfigError, match=r"2 GPU\(s\).*ICEBATCH_GPU_INSTANCE_TYPES"):
         S.with_overrides(tensor_parallel_size=2)  # the default types have one GPU each

@@ -230,6 +230,7 @@ def _worker(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dic
         "ports": [{"containerPort": METRICS_PORT, "name": "metrics"}],
         "volumeMounts": [{"name": "model-cache", "mountPath": POD_HOME}, shm_mount],
     }
+    copy = model_copy(settings, spec, env)
     return {
         "groupName": "gpu",
         "replicas": spec.gpus,
@@ -244,10 +245,32 @@ def _worker(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dic
                 "nodeSelector": {"karpenter.sh/nodepool": cluster.gpu_node_pool},
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                 "affinity": _gpu_affinity(cluster.hosting_instance_types(settings.engine.tensor_parallel_size)),
+                **({"initContainers": [copy]} if copy else {}),
                 "containers": [container],
                 "volumes": [{"name": "model-cache", "emptyDir": {}}, shm],
             },
         },
+    }
+
+
+def model_copy(settings: Settings, spec: JobSpec, env: list[dict[str, str]]) -> dict[str, Any] | None:
+    """With ``nvme_streamer`` and an ``s3://`` model: the init container that copies the model to the worker's
+    NVMe-backed model cache before Ray starts on it, while the head starts and the job plans
+    (``icebatch_job.stages.model_copy``); the engine streams the weights from there."""
+    source = spec.consumer.model_source(settings)
+    if settings.engine.model_load_format != "nvme_streamer" or not source or not source.startswith("s3://"):
+        return None
+    return {
+        "name": "model-copy",
+        "image": settings.kubernetes.job_image,
+        "command": ["python", "-m", "icebatch_job", "copy-model", source],
+        "env": env,
+        # the pod's request is the larger of its init and main containers': the worker's CPU, memory for the transfers
+        "resources": {
+            "requests": {"cpu": settings.cluster.worker_cpu, "memory": "2Gi"},
+            "limits": {"memory": "4Gi"},
+        },
+        "volumeMounts": [{"name": "model-cache", "mountPath": POD_HOME}],
     }
 
 

@@ -349,12 +349,15 @@ class EngineSettings(Section):
         description="Default model of the consumers: a local path, a Hugging Face id or an `s3://` prefix. "
         "Default: the tiny local model under ICEBATCH_HOME, built on first use.",
     )
-    model_load_format: Literal["download", "runai_streamer", "dummy"] = Field(
+    model_load_format: Literal["download", "runai_streamer", "nvme_streamer", "dummy"] = Field(
         default="download",
         description="How an `s3://` model reaches the engine: `download` (to the node's disk, by Ray Data LLM, "
-        "before the engine starts) or `runai_streamer` (streamed into GPU memory; needs `runai-model-streamer[s3]`, "
-        "which the job image installs). `dummy`: random weights of the model's architecture, from its config.json "
-        "alone (benchmarks only: `make bench-gpu`, `bench.pipeline_vs_bare --model small`).",
+        "before the engine starts; vLLM's default loader reads it back), `runai_streamer` (streamed from S3 into GPU "
+        "memory at each engine start) or `nvme_streamer` (copied once to the node's disk, on EKS the NVMe-backed "
+        "model cache, by each GPU worker's init container before Ray starts there; streamed from that copy at each "
+        "engine start). The streamers need `runai-model-streamer[s3]`, which the job image installs. `dummy`: random "
+        "weights of the model's architecture, from its config.json alone (benchmarks only: `make bench-gpu`, "
+        "`bench.pipeline_vs_bare --model small`).",
     )
     engine_mode: Literal["engine", "endpoint"] = Field(
         default="engine",

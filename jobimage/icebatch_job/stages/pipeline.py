@@ -23,6 +23,7 @@ from icebatch.core.task import TaskSpec
 
 from icebatch_job.columns import PARSED_FIELDS, SMALL_CPU
 from icebatch_job.process.amx import EXTENSION as AMX_EXTENSION
+from icebatch_job.process.runtime import is_remote_model
 from icebatch_job.stages.inputs import RunSource
 from icebatch_job.stages.parse import ResultParser
 from icebatch_job.stages.prompts import PromptStage
@@ -118,9 +119,12 @@ def engine_config(settings: Settings, model_source: str, device: str, *, native_
     kwargs["disable_log_stats"] = not metrics  # vLLM's stats cost the engine core and front end CPU every step
     if device == "gpu":
         kwargs["gpu_memory_utilization"] = settings.engine.gpu_memory_utilization
-    if model_source.startswith("s3://") and settings.engine.model_load_format == "runai_streamer":
+    load_format = settings.engine.model_load_format
+    if model_source.startswith("s3://") and load_format == "runai_streamer":
         kwargs["load_format"] = "runai_streamer"  # else Ray Data LLM downloads it to the node's disk first
-    if settings.engine.model_load_format == "dummy":
+    if load_format == "nvme_streamer" and not is_remote_model(model_source):
+        kwargs["load_format"] = "runai_streamer"  # the copy on the node's disk (``model_copy``), streamed from there
+    if load_format == "dummy":
         kwargs["load_format"] = "dummy"  # random weights: the architecture's cost without its checkpoint
     return EngineConfig(
         model_source=model_source,
@@ -299,10 +303,13 @@ def build_shared_pipeline(
 
 
 def engine_for(settings: Settings, model: str, device: str) -> EngineConfig:
-    """The engine's configuration on this node (the CPU's bfloat16 support read here)."""
+    """The engine's configuration on this node (the CPU's bfloat16 support read here), with the model where the engine
+    loads it from (``model_copy.engine_model``: with ``nvme_streamer``, its copy on the engine's nodes)."""
     from icebatch_job.process.runtime import engine_has_native_bf16
+    from icebatch_job.stages.model_copy import engine_model
 
-    cfg = engine_config(settings, model, device, native_bf16=engine_has_native_bf16(device))
+    loaded = engine_model(settings, model, device)
+    cfg = engine_config(settings, loaded, device, native_bf16=engine_has_native_bf16(device))
     if cfg.engine_kwargs["dtype"] != settings.engine.dtype:
         log.info(
             "engine in %s: this CPU has no native bfloat16 (ICEBATCH_DTYPE=%s; set ICEBATCH_DTYPE=bfloat16 to "
