@@ -93,6 +93,12 @@ def test_a_model_copied_to_the_node_is_streamed_from_there_under_its_own_name(tm
     assert "load_format" not in engine_config(Settings(), str(copy), "gpu").engine_kwargs
 
 
+@pytest.mark.parametrize("source", ["s3://models/..", "s3://models/a/./", "s3://models/\x7f/"])
+def test_a_copy_is_a_folder_of_its_own_whatever_the_prefix_ends_with(tmp_path: Path, source: str) -> None:
+    copy = copy_folder(tmp_path, source)
+    assert copy.name == "model" and copy.parent.parent == tmp_path / "cache" / "models"
+
+
 def test_job_environment_points_the_model_downloaders_at_the_aws_endpoint() -> None:
     env = job_environment(Settings(aws_region="eu-west-1", aws_endpoint_url="http://127.0.0.1:5000"), device="gpu")
     # boto3 (Ray Data LLM's downloader) reads the S3 variable, the run:ai streamer only the generic one

@@ -37,6 +37,8 @@ def copy_folder(home: Path, source: str) -> Path:
     """Where ``source``'s copy lives under ``home``: ``cache/models/<hash>/<name>`` (the name kept: the engine
     reports it as the model's)."""
     name = source.rstrip("/").rsplit("/", 1)[-1]
+    if name in ("", ".", "..") or not name.isprintable():  # no folder name of its own: a plain one
+        name = "model"
     return home / "cache" / "models" / hashlib.sha256(source.encode()).hexdigest()[:16] / name
 
 
