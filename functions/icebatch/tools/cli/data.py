@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 from icebatch.core.costs.money import usd
@@ -192,10 +192,10 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         runs = ledger.runs()
         backlog = ledger.backlog()
         estimate = estimate_run(backlog.rows, consumer, runs, settings)
-        spent = _spent_today(consumer, runs, settings, now)
+        spent_today = cache(partial(_spent_today, consumer, runs, settings, now))  # read once: shown, and the budget's
         check = cost_check(backlog.rows, consumer, runs, settings)
-        seen.append((consumer, runs, backlog, check, estimate, spent))
-        if refusal := _budget_refusal(consumer, backlog.rows, estimate.usd, partial(float, spent)):
+        seen.append((consumer, runs, backlog, check, estimate, spent_today()))
+        if refusal := _budget_refusal(consumer, backlog.rows, estimate.usd, spent_today):
             held[consumer.name] = refusal
     checks = {c.name: check for c, _, _, check, _, _ in seen}
     members = [Member(c, b.rows, r) for c, r, b, check, _, _ in seen if check]
