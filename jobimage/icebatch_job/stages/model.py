@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from icebatch.core.consumers import Consumer
 from icebatch.core.errors import ModelUnavailableError, TransientError
@@ -114,16 +115,29 @@ def _check_hub_model(settings: Settings, source: str, fix: str) -> None:
         raise TransientError(f"the Hugging Face hub did not answer for model {source!r}: {why}") from e
 
 
-def _split_s3(uri: str) -> tuple[str, str]:
+def split_s3(uri: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> (``bucket``, ``a/b/``): the bucket and the prefix of the files under it."""
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     return bucket, prefix.rstrip("/") + "/" if prefix else ""
+
+
+def prefix_files(s3: Any, bucket: str, prefix: str) -> dict[str, list[Any]]:
+    """The files directly under ``prefix`` (not its sub-prefixes, nor names that are not plain file names), with
+    what S3 says of each: name -> [size, ETag]."""
+    files: dict[str, list[Any]] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+        for item in page.get("Contents", []):
+            name = item["Key"][len(prefix) :]
+            if name not in ("", ".", "..") and "/" not in name:
+                files[name] = [item["Size"], item["ETag"]]
+    return files
 
 
 def _check_s3_model(settings: Settings, source: str, fix: str) -> None:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, prefix = _split_s3(source)
+    bucket, prefix = split_s3(source)
     s3 = boto3.client("s3", region_name=settings.aws.aws_region, endpoint_url=settings.aws.aws_endpoint_url)
     try:
         s3.head_object(Bucket=bucket, Key=prefix + "config.json")
@@ -170,17 +184,15 @@ def _download_tokenizer(source: str, local: Path) -> None:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, prefix = _split_s3(source)
+    bucket, prefix = split_s3(source)
     s3 = boto3.client("s3")
     local.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{local.name}-", dir=local.parent))
     fix = "check the prefix and that the job's role may s3:GetObject and s3:ListBucket it (template.yaml: JobRole)"
     try:
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
-            for item in page.get("Contents", []):
-                name = item["Key"][len(prefix) :]
-                if name not in ("", ".", "..") and "/" not in name and not name.endswith(WEIGHTS):  # a file here
-                    s3.download_file(bucket, item["Key"], str(partial / name))
+        for name in prefix_files(s3, bucket, prefix):
+            if not name.endswith(WEIGHTS):
+                s3.download_file(bucket, prefix + name, str(partial / name))
         if not any((partial / name).is_file() for name in TOKENIZER_FILES):
             raise ModelUnavailableError(f"no tokenizer under {source} (none of {', '.join(TOKENIZER_FILES)}): {fix}")
         try:

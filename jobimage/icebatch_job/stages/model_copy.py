@@ -26,6 +26,8 @@ from typing import Any
 from icebatch.core.errors import ConfigError, ModelUnavailableError, TransientError
 from icebatch.core.settings import Settings
 
+from icebatch_job.stages.model import prefix_files, split_s3
+
 log = logging.getLogger(__name__)
 
 RECORD = "objects.json"  # beside the model's folder: what the copy was made from
@@ -50,10 +52,9 @@ def copy_model(source: str, home: str | Path) -> str:
 
     folder = copy_folder(Path(home), source)
     s3 = boto3.client("s3")  # configured from the job's environment (region, AWS_ENDPOINT_URL_S3)
-    bucket, _, prefix = source.removeprefix("s3://").partition("/")
-    prefix = prefix.rstrip("/") + "/" if prefix else ""
+    bucket, prefix = split_s3(source)
     try:
-        objects = _listing(s3, bucket, prefix)
+        objects = prefix_files(s3, bucket, prefix)
         if not any(name.endswith(".safetensors") for name in objects):
             raise ModelUnavailableError(
                 f"no *.safetensors under {source}: ICEBATCH_MODEL_LOAD_FORMAT=nvme_streamer streams safetensors; "
@@ -73,22 +74,11 @@ def copy_model(source: str, home: str | Path) -> str:
 
 
 def _copied_from(folder: Path) -> Any:
-    """What the copy in ``folder`` was made from (as ``_listing`` says it), or None: no copy, or no readable record."""
+    """What the copy in ``folder`` was made from (``prefix_files``), or None: no copy, or no readable record."""
     try:
         return json.loads((folder.parent / RECORD).read_text()) if folder.is_dir() else None
     except (OSError, ValueError):
         return None
-
-
-def _listing(s3: Any, bucket: str, prefix: str) -> dict[str, list[Any]]:
-    """The prefix's files (not its sub-prefixes): name -> [size, ETag]."""
-    objects: dict[str, list[Any]] = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
-        for item in page.get("Contents", []):
-            name = item["Key"][len(prefix) :]
-            if name not in ("", ".", ".."):
-                objects[name] = [item["Size"], item["ETag"]]
-    return objects
 
 
 def _copy(s3: Any, bucket: str, prefix: str, objects: dict[str, list[Any]], folder: Path) -> None:
